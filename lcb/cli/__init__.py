@@ -1,0 +1,8 @@
+"""Command-line interface: `lcb <command>`. Importing this package registers every command."""
+
+from lcb.cli import problems_cmd, run_cmd, score_cmd  # noqa: F401  (registers commands)
+from lcb.cli.app import app
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""Shared pytest configuration. Helpers live in tests/helpers_*.py and are imported explicitly."""
