@@ -13,3 +13,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """Keep `lcb` a command group even while only one command is registered."""

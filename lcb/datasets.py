@@ -1,0 +1,255 @@
+"""Problem sources and filters: the hub dataset, local JSONL/Parquet files, the bundled sample.
+
+Contract of `load_problems(data, release=, selection=, strict=)`:
+- `data` None -> the hub dataset `livecodebench/code_generation_lite` at `release`;
+  "sample" -> the bundled sample set; an existing path -> a JSONL/Parquet file or a directory
+  of them (sorted); anything else shaped like `owner/name` -> a hub dataset repo with the same
+  file layout. An unusable source raises `DataError` with a one-line message naming it.
+- Rows stream in dataset order. The cheap filters (`only`, difficulty, platform, dates) read
+  raw fields; then `offset` and `limit` count the rows that passed them; only rows inside that
+  window are decoded (`decode_row`, the expensive part), and reading stops at the window's end.
+  With `only`, the result follows the order of `only` (then offset/limit apply to it).
+- A row without usable tests (`SkipRow`), a malformed row (`RowError`) and an unreadable line
+  are reported in `Loaded.skipped` with a reason and the load goes on; with `strict=True` a
+  malformed or unreadable row, or an `only` ID that is not found, raises `DataError` instead.
+- A hub load that starts at release_v1's first row with no filters checks the row order against
+  the frozen eval IDs (`lcb.manifest.check_eval_order`) and warns on a mismatch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from lcb import problems
+from lcb.hub import DEFAULT_RELEASE, HUB_DATASET, fetch_release, version_file
+from lcb.local import DATA_SUFFIXES, DataError, RawRow, iter_rows, resolve_files
+from lcb.manifest import check_eval_order
+from lcb.problems import Problem, RowError, SkipRow
+
+__all__ = ["DataError", "Loaded", "Selection", "Skipped", "load_problems"]
+
+DIFFICULTIES = ("easy", "medium", "hard")
+PLATFORMS = ("atcoder", "leetcode", "codeforces")
+SAMPLE = "sample"
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which problems to load. Filters apply in this order: only/difficulty/platform/dates,
+    then `offset`, then `limit` (both count rows that passed the filters, including rows that
+    then fail to decode, so windows do not shift when a row is bad). Dates are ISO
+    `YYYY-MM-DD`, both ends inclusive, compared with the date part of `contest_date`.
+    Invalid values raise ValueError naming the option.
+    """
+
+    limit: int | None = None
+    offset: int = 0
+    only: tuple[str, ...] = ()
+    difficulty: str | None = None
+    platform: str | None = None
+    start_date: str | None = None
+    end_date: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"--limit must be >= 0, got {self.limit}")
+        if self.offset < 0:
+            raise ValueError(f"--offset must be >= 0, got {self.offset}")
+        if isinstance(self.only, str):
+            raise ValueError("only must be a sequence of problem IDs, not one string")
+        ids = (str(item).strip() for item in self.only)
+        object.__setattr__(self, "only", tuple(dict.fromkeys(i for i in ids if i)))
+        object.__setattr__(self, "difficulty", _choice("difficulty", self.difficulty,
+                                                       DIFFICULTIES))
+        object.__setattr__(self, "platform", _choice("platform", self.platform, PLATFORMS))
+        start, end = _iso("start-date", self.start_date), _iso("end-date", self.end_date)
+        if start and end and start > end:
+            raise ValueError(f"--start-date {start} is after --end-date {end}")
+
+    @property
+    def has_filters(self) -> bool:
+        """True when a filter other than offset/limit is set."""
+        return bool(self.only or self.difficulty or self.platform or self.start_date
+                    or self.end_date)
+
+    def matches(self, row: dict) -> bool:
+        """The cheap filters, on a raw row. Raises RowError for an unreadable contest_date."""
+        if self.only and str(row.get("question_id")) not in self.only:
+            return False
+        if self.difficulty and str(row.get("difficulty", "")).lower() != self.difficulty:
+            return False
+        if self.platform and str(row.get("platform", "")).lower() != self.platform:
+            return False
+        if self.start_date or self.end_date:
+            day = _row_date(row)
+            if self.start_date and day < dt.date.fromisoformat(self.start_date):
+                return False
+            if self.end_date and day > dt.date.fromisoformat(self.end_date):
+                return False
+        return True
+
+
+def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered not in allowed:
+        raise ValueError(f"--{name} {value!r}: expected one of {', '.join(allowed)}")
+    return lowered
+
+
+def _iso(name: str, value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"--{name} {value!r}: expected an ISO date such as 2023-09-01") from None
+
+
+def _row_date(row: dict) -> dt.date:
+    text = str(row.get("contest_date", ""))
+    try:
+        return dt.date.fromisoformat(text[:10])
+    except ValueError:
+        raise RowError(problems.row_id(row), "contest_date", f"not an ISO date: {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row left out of a load and why (the reason names the field or the file and line)."""
+
+    row_id: str
+    reason: str
+
+
+@dataclass
+class Loaded:
+    """The selected problems in order, the rows skipped on the way, and where they came from."""
+
+    problems: list[Problem]
+    skipped: list[Skipped]
+    source: dict = field(default_factory=dict)
+
+
+def load_problems(
+    data: str | None = None,
+    *,
+    release: str = DEFAULT_RELEASE,
+    selection: Selection = Selection(),  # noqa: B008  (frozen, so a shared default is safe)
+    strict: bool = False,
+    revision: str | None = None,
+) -> Loaded:
+    """Load the problems `selection` picks from `data`; see the module contract.
+
+    `revision` (hub only) pins a branch, tag or commit; default `$LCB_HF_REVISION` or `main`.
+
+    Example:
+        >>> loaded = load_problems("sample", selection=Selection(limit=2))
+        >>> [p.id for p in loaded.problems]  # doctest: +SKIP
+    """
+    files, source = _open_source(data, release=release, revision=revision)
+    loaded = Loaded(problems=[], skipped=[], source=source)
+    candidates = _candidates(iter_rows(files), selection, loaded.skipped, strict=strict)
+    seen: list[str] = []
+    if _checks_manifest(source, selection):
+        candidates = _recording(candidates, seen, first_file=files[0])
+    if selection.only:
+        candidates = iter(_in_only_order(candidates, selection.only, loaded.skipped,
+                                         strict=strict))
+    stop = None if selection.limit is None else selection.offset + selection.limit
+    for raw in islice(candidates, selection.offset, stop):
+        _decode_into(loaded, raw, strict=strict)
+    if seen:
+        check_eval_order(seen)
+    return loaded
+
+
+def _open_source(data: str | None, *, release: str, revision: str | None
+                 ) -> tuple[list[Path], dict]:
+    if data is None or data == HUB_DATASET:
+        fetched = fetch_release(release, revision=revision)
+        return list(fetched.paths), fetched.source
+    if data == SAMPLE:
+        return _sample_source()
+    path = Path(data).expanduser()
+    if path.exists() or path.suffix.lower() in DATA_SUFFIXES or not _REPO_ID.fullmatch(data):
+        files = resolve_files(data)
+        return files, {"kind": "local", "path": str(path), "files": [str(f) for f in files]}
+    fetched = fetch_release(release, repo_id=data, revision=revision)
+    return list(fetched.paths), fetched.source
+
+
+def _sample_source() -> tuple[list[Path], dict]:
+    try:
+        from lcb.samples import SAMPLE_ROWS
+    except ImportError as exc:
+        raise DataError(f"--data sample: the bundled sample set is not available ({exc})") from None
+    files = resolve_files(SAMPLE_ROWS)
+    return files, {"kind": SAMPLE, "path": str(SAMPLE_ROWS), "files": [str(f) for f in files]}
+
+
+def _checks_manifest(source: dict, selection: Selection) -> bool:
+    files = source.get("files") or []
+    return (source.get("kind") == "hub" and files[:1] == [version_file(1)]
+            and selection.offset == 0 and not selection.has_filters)
+
+
+def _candidates(rows: Iterable[RawRow], selection: Selection, skipped: list[Skipped], *,
+                strict: bool) -> Iterator[RawRow]:
+    """Rows that pass the cheap filters; unreadable rows go to `skipped` (or raise if strict)."""
+    for raw in rows:
+        if raw.row is None:
+            _reject(skipped, Skipped(raw.where, raw.problem), strict=strict)
+            continue
+        try:
+            if selection.matches(raw.row):
+                yield raw
+        except RowError as exc:
+            _reject(skipped, Skipped(exc.row_id, f"{raw.where}: {exc}"), strict=strict)
+
+
+def _recording(rows: Iterator[RawRow], seen: list[str], *, first_file: Path
+               ) -> Iterator[RawRow]:
+    """Pass rows through, noting the IDs of those from release_v1's file (`test.jsonl`)."""
+    for raw in rows:
+        if raw.file == first_file:
+            seen.append(problems.row_id(raw.row or {}))
+        yield raw
+
+
+def _in_only_order(rows: Iterator[RawRow], only: tuple[str, ...], skipped: list[Skipped], *,
+                   strict: bool) -> list[RawRow]:
+    """The rows named by `only`, in its order; stops reading once all are found."""
+    found: dict[str, RawRow] = {}
+    for raw in rows:
+        found.setdefault(problems.row_id(raw.row or {}), raw)
+        if len(found) == len(only):
+            break
+    for missing in (i for i in only if i not in found):
+        reason = "requested with --only but not in the source (or excluded by another filter)"
+        _reject(skipped, Skipped(missing, reason), strict=strict)
+    return [found[i] for i in only if i in found]
+
+
+def _decode_into(loaded: Loaded, raw: RawRow, *, strict: bool) -> None:
+    row = raw.row or {}
+    try:
+        loaded.problems.append(problems.decode_row(row))
+    except SkipRow as exc:
+        loaded.skipped.append(Skipped(exc.row_id, exc.reason))
+    except RowError as exc:
+        _reject(loaded.skipped, Skipped(exc.row_id, f"{raw.where}: {exc}"), strict=strict)
+
+
+def _reject(skipped: list[Skipped], entry: Skipped, *, strict: bool) -> None:
+    if strict:
+        where = "" if entry.row_id in entry.reason else f"{entry.row_id}: "
+        raise DataError(f"{where}{entry.reason} (stopped by --strict)")
+    skipped.append(entry)
