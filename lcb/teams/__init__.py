@@ -1,0 +1,44 @@
+"""Teams of agents and the one way to run them: `solve(topology, problem, runtime)`.
+
+`TEAMS` maps a topology name to its run function `(ctx, *, bundle) -> TeamResult`. `solve`
+never raises for a per-problem failure (the model endpoint failing after retries, a crashing
+team): those come back as `TeamResult.error`. An unknown topology is a configuration error and
+raises `ValueError` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from lcb.problems import Problem
+from lcb.teams import single
+from lcb.teams.common import AgentSpec, TeamContext, TeamResult, TeamRuntime
+
+TeamFn = Callable[..., Awaitable[TeamResult]]
+
+TEAMS: dict[str, TeamFn] = {
+    single.TOPOLOGY: single.run,
+}
+
+__all__ = ["TEAMS", "AgentSpec", "TeamContext", "TeamResult", "TeamRuntime", "solve"]
+
+
+async def solve(
+    topology: str,
+    problem: Problem,
+    runtime: TeamRuntime,
+    *,
+    bundle: Mapping[str, str] | None = None,
+    seed: int = 0,
+) -> TeamResult:
+    """Run the `topology` team on `problem` with prompt `bundle` (role -> text; missing roles
+    use the seed prompts) and run seed `seed`."""
+    team = TEAMS.get(topology)
+    if team is None:
+        raise ValueError(f"unknown topology {topology!r}; known: {', '.join(sorted(TEAMS))}")
+    ctx = TeamContext(problem=problem, team=topology, runtime=runtime, seed=seed)
+    try:
+        return await team(ctx, bundle=bundle)
+    except Exception as err:  # noqa: BLE001 - a per-problem failure is a result, not a crash
+        return ctx.result(code=None, final_text="", transcript=[],
+                          error=f"team {topology!r} crashed: {type(err).__name__}: {err}")

@@ -1,0 +1,154 @@
+"""Pieces every team shares: the batch-wide runtime, the per-problem context, the result.
+
+Contract:
+- `TeamRuntime` is built once per batch: the model gateway (request semaphore, retries, usage;
+  see `lcb.llm`), the `python_exec` tool with its bounded pool, and batch-wide usage totals.
+- `TeamContext` is one team run on one problem: it tags every model call with the problem, the
+  team, the agent's role and id and the turn, derives the request seed from the run seed and
+  that identity, and counts usage in its own ledger (forwarded to the runtime's totals).
+- `AgentSpec` describes one agent (id, role, system prompt, tools, turn cap); multi-agent teams
+  make several from one role (`coder_0`, `coder_1`, ...) and run them with `lcb.teams.agent`.
+- `TeamResult` is what a team returns; `TeamContext.result(...)` fills in the usage fields.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import BaseTool
+
+from lcb.llm import ModelGateway, request_seed
+from lcb.models import ModelConfig
+from lcb.problems import Problem
+from lcb.prompts import load_role_prompt, with_contract
+from lcb.tools import make_python_exec
+from lcb.usage import CallTag, UsageLedger
+
+DEFAULT_MAX_TURNS = 8
+
+
+@dataclass
+class TeamResult:
+    """The outcome of one team run. `error` marks a per-problem failure (em 0 in the record)."""
+
+    code: str | None
+    final_text: str
+    transcript: list[dict]
+    prompt_tokens: int
+    completion_tokens: int
+    n_llm_calls: int
+    n_tool_calls: int
+    usage_by_role: dict[str, dict]
+    fields: dict
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent: `agent` is its id (the transcript's source tag), `role` its prompt slot (the
+    usage key); `system_prompt` already carries the output contract; `max_turns` caps model
+    calls."""
+
+    agent: str
+    role: str
+    system_prompt: str
+    tools: tuple[BaseTool, ...] = ()
+    max_turns: int = DEFAULT_MAX_TURNS
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"AgentSpec {self.agent!r}: max_turns must be >= 1")
+
+
+class TeamRuntime:
+    """Shared by every problem of a batch, within one event loop (`aclose()` it there).
+
+    `python_exec` and `chat_model` replace the defaults (tests); `exec_workers` caps concurrent
+    code runs (never above the CPU count)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        exec_workers: int | None = None,
+        python_exec: BaseTool | None = None,
+        chat_model: BaseChatModel | None = None,
+    ):
+        cores = os.cpu_count() or 1
+        self.config = config
+        self.gateway = ModelGateway(config, chat_model=chat_model)
+        self._own_tool = python_exec is None
+        workers = min(exec_workers or cores, cores)
+        self.python_exec = python_exec or make_python_exec(workers=workers)
+        self.usage = UsageLedger(keep_calls=False)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and stop the code-run pool (when the runtime made it)."""
+        await self.gateway.aclose()
+        if self._own_tool:
+            self.python_exec.metadata["close"]()
+
+
+@dataclass
+class TeamContext:
+    """One team run on one problem (see the module docstring)."""
+
+    problem: Problem
+    team: str
+    runtime: TeamRuntime
+    seed: int = 0
+    ledger: UsageLedger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = UsageLedger(parent=self.runtime.usage)
+
+    def request_seed(self, agent: str, turn: int) -> int | None:
+        """The seed sent with `agent`'s call at `turn`; None when the config sends no seeds."""
+        base = self.runtime.config.seed
+        if base is None:
+            return None
+        return request_seed(self.seed, base, self.problem.id, agent, turn)
+
+    async def ask(
+        self, spec: AgentSpec, messages: Sequence[BaseMessage], *, turn: int
+    ) -> AIMessage:
+        """One model call for `spec` at `turn`, through the runtime's gateway."""
+        tag = CallTag(self.problem.id, self.team, spec.role, spec.agent, turn)
+        return await self.runtime.gateway.call(
+            messages, tag=tag, ledger=self.ledger, tools=spec.tools,
+            seed=self.request_seed(spec.agent, turn),
+        )
+
+    def system_prompt(self, role: str, bundle: Mapping[str, str] | None = None) -> str:
+        """`role`'s prompt (from `bundle`, else the seed file of this team) + output contract."""
+        text = (bundle or {}).get(role) or load_role_prompt(self.team, role)
+        return with_contract(text, mode=self.problem.mode, fn_name=self.problem.fn_name)
+
+    def result(
+        self,
+        *,
+        code: str | None,
+        final_text: str,
+        transcript: list[dict],
+        fields: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> TeamResult:
+        """A `TeamResult` whose usage fields come from this run's ledger."""
+        total = self.ledger.total()
+        return TeamResult(
+            code=code,
+            final_text=final_text,
+            transcript=transcript,
+            prompt_tokens=total.prompt_tokens,
+            completion_tokens=total.completion_tokens,
+            n_llm_calls=total.n_llm_calls,
+            n_tool_calls=total.n_tool_calls,
+            usage_by_role=self.ledger.by_role(),
+            fields=dict(fields or {}),
+            error=error,
+        )

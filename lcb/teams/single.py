@@ -1,0 +1,41 @@
+"""The `single` team: one solver agent with `python_exec`.
+
+The solver's system prompt is its role prompt (`configs/prompts/single/lcb/solver.txt`, or the
+bundle's `solver` text) followed by the output contract; the user message is LiveCodeBench's
+question prompt. The submitted program is the one extracted from the solver's final answer (or,
+when the turn cap cut it short, the last program it wrote).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from langgraph.graph import StateGraph
+
+from lcb.prompts import question_prompt
+from lcb.teams.agent import build_agent_graph, run_agent
+from lcb.teams.common import AgentSpec, TeamContext, TeamResult
+
+TOPOLOGY = "single"
+ROLES = ("solver",)
+
+
+def solver(ctx: TeamContext, bundle: Mapping[str, str] | None = None) -> AgentSpec:
+    """The team's one agent."""
+    prompt = ctx.system_prompt("solver", bundle)
+    return AgentSpec(agent="solver", role="solver", system_prompt=prompt,
+                     tools=(ctx.runtime.python_exec,))
+
+
+def build(ctx: TeamContext, bundle: Mapping[str, str] | None = None) -> StateGraph:
+    """The team as an uncompiled graph: the solver's agent loop."""
+    return build_agent_graph(solver(ctx, bundle), ctx)
+
+
+async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None) -> TeamResult:
+    """Solve `ctx.problem`; per-problem failures come back in `TeamResult.error`."""
+    agent = await run_agent(solver(ctx, bundle), ctx, user=question_prompt(ctx.problem))
+    fields = {"turns": agent.turns, "hit_turn_cap": agent.hit_turn_cap,
+              "outputs": {agent.agent: agent.final_text}}
+    return ctx.result(code=agent.code, final_text=agent.final_text,
+                      transcript=agent.transcript(), fields=fields, error=agent.error)

@@ -1,0 +1,402 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1 for offline tests of the real client path.
+
+It speaks just enough of the OpenAI HTTP API for `langchain_openai.ChatOpenAI` (non-streaming):
+`POST /v1/chat/completions` and `GET /v1/models`. A *script* decides every reply:
+
+- a callable `(request_json) -> Reply | str` (a `str` is a plain text answer), or
+- `keyed({marker: [reply, ...]}, default=[...])`: the first marker found in the request's messages
+  picks a queue of replies, consumed one per request (the last one repeats).
+
+A `Reply` can be plain text, OpenAI tool calls (well-formed or with malformed JSON arguments), carry
+usage numbers, wait a fixed latency, stall past the client's timeout, or be an HTTP error (5xx, 429,
+...). Every request is logged (`ScriptedServer.requests`) for assertions, and the peak number of
+requests in flight is tracked (`ScriptedServer.peak_in_flight`).
+
+Example:
+    >>> with scripted_server(keyed({"1873_A": ["```python\\nprint(1)\\n```"]})) as server:
+    ...     client = ChatOpenAI(base_url=server.base_url, api_key="x", model="m")  # doctest: +SKIP
+
+Exceptions raised by a callable script become HTTP 500 replies and are kept in
+`ScriptedServer.script_errors`, so a broken script fails the test visibly instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+DEFAULT_MODEL = "scripted-model"
+STALL_S = 60.0  # a stall sleeps this long at most (or until the server closes)
+CHAT_PATH, MODELS_PATH = "/v1/chat/completions", "/v1/models"  # other paths get a 404, as on vLLM
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One OpenAI tool call. `arguments` given as a mapping is sent as JSON; a `str` is sent as is
+    (so `ToolCall("python_exec", "{not json")` produces malformed arguments)."""
+
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    id: str | None = None
+
+    def to_json(self, index: int) -> dict[str, Any]:
+        args = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return {
+            "id": self.id or f"call_{index}",
+            "type": "function",
+            "function": {"name": self.name, "arguments": args},
+        }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the server answers to one request.
+
+    Attributes:
+        content: the assistant text (None allowed alongside tool calls).
+        tool_calls: tool calls in OpenAI format.
+        prompt_tokens / completion_tokens: usage to report; None -> a deterministic estimate
+            (characters / 4 of the request's messages / of the reply).
+        usage: False omits the `usage` field altogether.
+        latency_s: seconds to wait before answering (added to the server's default latency).
+        status: HTTP status; anything but 200 sends an OpenAI-style error body.
+        retry_after: value of a `Retry-After` header (for 429s), if any.
+        raw_body: sent verbatim instead of a generated body (malformed responses).
+        finish_reason: None -> "tool_calls" when there are tool calls, else "stop".
+    """
+
+    content: str | None = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    usage: bool = True
+    latency_s: float = 0.0
+    status: int = 200
+    retry_after: float | None = None
+    raw_body: str | None = None
+    finish_reason: str | None = None
+
+    @classmethod
+    def error(cls, status: int = 500, *, retry_after: float | None = None) -> Reply:
+        """An HTTP error reply (5xx, 429, ...)."""
+        return cls(content=None, status=status, retry_after=retry_after)
+
+    @classmethod
+    def stall(cls, seconds: float = STALL_S) -> Reply:
+        """A reply that never arrives in time: the server waits `seconds` (or until it closes)."""
+        return cls(content="(too late)", latency_s=seconds)
+
+    @classmethod
+    def calls(cls, *calls: ToolCall, content: str | None = None, **kw: Any) -> Reply:
+        """A reply made of tool calls."""
+        return cls(content=content, tool_calls=tuple(calls), **kw)
+
+
+def failures(n: int, status: int = 500) -> list[Reply]:
+    """`n` HTTP error replies, e.g. `[*failures(2), "answer"]` for "fail twice, then answer"."""
+    return [Reply.error(status) for _ in range(n)]
+
+
+Script = Callable[[dict[str, Any]], "Reply | str"]
+
+
+def message_text(request: Mapping[str, Any]) -> str:
+    """All message contents of a chat request joined by newlines (text parts only)."""
+    parts: list[str] = []
+    for message in request.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+    return "\n".join(parts)
+
+
+def assistant_turns(request: Mapping[str, Any]) -> int:
+    """How many assistant messages the request already holds (0 on the first model turn)."""
+    return sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
+
+
+def tool_results(request: Mapping[str, Any]) -> list[str]:
+    """The contents of the request's tool messages, in order."""
+    return [str(m.get("content")) for m in request.get("messages", []) if m.get("role") == "tool"]
+
+
+class keyed:  # noqa: N801 - used like a function: keyed({...})
+    """A script that picks a reply queue by the first marker found in the request's messages.
+
+    Each queue is consumed one reply per matching request; its last reply repeats. Requests that
+    match no marker use `default`; without a default they get an HTTP 500 (logged as a script
+    error). Markers are tried in mapping order. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        queues: Mapping[str, Sequence[Reply | str]],
+        *,
+        default: Sequence[Reply | str] | None = None,
+    ):
+        for marker, replies in queues.items():
+            if not replies:
+                raise ValueError(f"keyed: empty reply list for marker {marker!r}")
+        self._queues = {k: list(v) for k, v in queues.items()}
+        self._default = list(default) if default else None
+        self._used: dict[str | None, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> Reply | str:
+        text = message_text(request)
+        marker = next((m for m in self._queues if m in text), None)
+        replies = self._queues[marker] if marker is not None else self._default
+        if replies is None:
+            raise LookupError(f"no scripted reply: no marker of {list(self._queues)} in request")
+        with self._lock:
+            used = self._used.get(marker, 0)
+            self._used[marker] = used + 1
+        return replies[min(used, len(replies) - 1)]
+
+
+@dataclass
+class RecordedRequest:
+    """One request the server received, logged on arrival. `body` is the parsed JSON (None for
+    GET / bad JSON); `status` is the HTTP status sent (0 while the reply is still pending)."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None
+    headers: dict[str, str]
+    started: float
+    status: int = 0
+
+
+@dataclass
+class ScriptedServer:
+    """A running scripted server. `base_url` ends in `/v1` (what ChatOpenAI expects)."""
+
+    base_url: str
+    script: Script
+    models: tuple[str, ...] | None
+    latency_s: float
+    requests: list[RecordedRequest] = field(default_factory=list)
+    script_errors: list[str] = field(default_factory=list)
+    peak_in_flight: int = 0
+    in_flight: int = 0
+    closing: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def chat_requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of every chat-completion request, in arrival order."""
+        with self.lock:
+            chats = [r for r in self.requests if r.path.rstrip("/") == CHAT_PATH]
+            return [r.body for r in chats if r.body is not None]
+
+    def log(self, record: RecordedRequest) -> None:
+        with self.lock:
+            self.requests.append(record)
+
+    def enter(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+_ids = itertools.count(1)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [c.to_json(i) for i, c in enumerate(reply.tool_calls)]
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-scripted-{next(_ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.get("model", DEFAULT_MODEL),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+    }
+    if reply.usage:
+        reply_text = (reply.content or "") + json.dumps(message.get("tool_calls", []))
+        prompt = reply.prompt_tokens
+        completion = reply.completion_tokens
+        prompt = _estimate_tokens(message_text(request)) if prompt is None else prompt
+        completion = _estimate_tokens(reply_text) if completion is None else completion
+        body["usage"] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    return body
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "scripted_error", "code": status}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "ScriptedOpenAI/1.0"
+    protocol_version = "HTTP/1.1"
+
+    @property
+    def state(self) -> ScriptedServer:
+        return self.server.state  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+        """Silence the default stderr access log."""
+
+    def _send(self, status: int, body: str, headers: Mapping[str, str] = {}) -> None:  # noqa: B006
+        data = body.encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout): nothing to deliver
+
+    def _record(
+        self, body: dict[str, Any] | None, started: float, status: int = 0
+    ) -> RecordedRequest:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        record = RecordedRequest(self.command, self.path, body, headers, started, status)
+        self.state.log(record)
+        return record
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        started = time.monotonic()
+        if self.path.rstrip("/") == MODELS_PATH:
+            names = self.state.models or ()
+            data = [{"id": n, "object": "model", "created": 0, "owned_by": "tests"} for n in names]
+            self._record(None, started, 200)
+            self._send(200, json.dumps({"object": "list", "data": data}))
+            return
+        self._record(None, started, 404)
+        self._send(404, json.dumps(_error_body(404, f"no route {self.path}")))
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        started = time.monotonic()
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"null")
+        except json.JSONDecodeError:
+            body = None
+        record = self._record(body if isinstance(body, dict) else None, started)
+        status, payload, headers = self._answer(body)
+        record.status = status
+        self._send(status, payload, headers)
+
+    def _answer(self, body: Any) -> tuple[int, str, dict[str, str]]:
+        state = self.state
+        if self.path.rstrip("/") != CHAT_PATH:
+            return 404, json.dumps(_error_body(404, f"no route {self.path}")), {}
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return 400, json.dumps(_error_body(400, "body must be JSON with `messages`")), {}
+        if body.get("stream"):
+            return 400, json.dumps(_error_body(400, "the scripted server does not stream")), {}
+        model = body.get("model")
+        if state.models is not None and model not in state.models:
+            return 404, json.dumps(_error_body(404, f"The model `{model}` does not exist.")), {}
+        state.enter()
+        try:
+            reply = self._scripted_reply(body)
+            wait = state.latency_s + (reply.latency_s if reply else 0.0)
+            if wait > 0:
+                state.closing.wait(wait)
+        finally:
+            state.leave()
+        if reply is None:
+            return 500, json.dumps(_error_body(500, "the script raised")), {}
+        headers = {} if reply.retry_after is None else {"Retry-After": str(reply.retry_after)}
+        if reply.status != 200:
+            text = f"scripted HTTP {reply.status}"
+            return reply.status, json.dumps(_error_body(reply.status, text)), headers
+        if reply.raw_body is not None:
+            return 200, reply.raw_body, headers
+        return 200, json.dumps(_completion_body(body, reply)), headers
+
+    def _scripted_reply(self, body: dict[str, Any]) -> Reply | None:
+        try:
+            reply = self.state.script(body)
+        except Exception:  # noqa: BLE001 - reported through script_errors and an HTTP 500
+            with self.state.lock:
+                self.state.script_errors.append(traceback.format_exc())
+            return None
+        return Reply(content=reply) if isinstance(reply, str) else reply
+
+
+@contextmanager
+def scripted_server(
+    script: Script | Sequence[Reply | str],
+    *,
+    models: Sequence[str] | None = None,
+    latency_s: float = 0.0,
+) -> Iterator[ScriptedServer]:
+    """Run a scripted OpenAI-compatible server on 127.0.0.1 (a free port) for the `with` block.
+
+    Args:
+        script: a callable `(request_json) -> Reply | str`, or a list of replies served in order
+            to every request (the last one repeats).
+        models: model ids the server knows; a chat request for any other model gets a 404 and
+            `/v1/models` lists exactly these. None accepts any model (and lists none).
+        latency_s: a fixed delay added before every chat reply.
+
+    Yields:
+        The running `ScriptedServer` (use `.base_url`, `.requests`, `.chat_requests()`).
+    """
+    if not callable(script):
+        script = keyed({}, default=list(script))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    port = httpd.server_address[1]
+    state = ScriptedServer(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        script=script,
+        models=tuple(models) if models is not None else None,
+        latency_s=latency_s,
+    )
+    httpd.state = state  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, name=f"scripted-{port}", daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        state.closing.set()  # wakes stalled handlers
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(name="scripted")
+def scripted_fixture() -> Iterator[Callable[..., ScriptedServer]]:
+    """Pytest fixture `scripted`: a factory `scripted(script, **kw) -> ScriptedServer` taking the
+    arguments of `scripted_server`; every server started stops at teardown.
+
+    Import it into a test module: `from tests.scripted_server import scripted_fixture`
+    (with `# noqa: F401`)
+    and ask for `scripted`.
+    """
+    with ExitStack() as stack:
+        yield lambda script, **kw: stack.enter_context(scripted_server(script, **kw))
+

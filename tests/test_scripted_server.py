@@ -1,0 +1,145 @@
+"""The scripted server itself: each behaviour the other tests rely on, through real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.scripted_server import (
+    Reply,
+    ToolCall,
+    assistant_turns,
+    failures,
+    keyed,
+    scripted_fixture,  # noqa: F401 - provides the `scripted` fixture
+    scripted_server,
+    tool_results,
+)
+
+
+def post(base_url: str, body: dict, *, timeout: float = 10.0) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(
+        f"{base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), dict(err.headers)
+
+
+def chat(text: str, model: str = "m") -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+def test_keyed_queues_advance_per_marker_and_last_repeats():
+    script = keyed({"alpha": ["a1", "a2"], "beta": ["b1"]}, default=["d"])
+    with scripted_server(script) as server:
+        markers = ["alpha", "beta", "alpha", "alpha", "z"]
+        answers = [post(server.base_url, chat(t))[1] for t in markers]
+    texts = [a["choices"][0]["message"]["content"] for a in answers]
+    assert texts == ["a1", "b1", "a2", "a2", "d"]
+
+
+def test_tool_calls_well_formed_and_malformed():
+    good = ToolCall("python_exec", {"code": "print(2)"}, id="c9")
+    bad = ToolCall("python_exec", "{not json")
+    with scripted_server([Reply.calls(good, bad)]) as server:
+        status, body, _ = post(server.base_url, chat("x"))
+    assert status == 200
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    calls = choice["message"]["tool_calls"]
+    assert calls[0]["id"] == "c9"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"code": "print(2)"}
+    assert calls[1]["function"]["arguments"] == "{not json"
+
+
+def test_usage_given_or_estimated_or_omitted():
+    replies = [Reply("ok", prompt_tokens=11, completion_tokens=7), "ok", Reply("ok", usage=False)]
+    with scripted_server(replies) as server:
+        bodies = [post(server.base_url, chat("y" * 40))[1] for _ in range(3)]
+    assert bodies[0]["usage"] == {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    assert bodies[1]["usage"]["prompt_tokens"] == 10
+    assert "usage" not in bodies[2]
+
+
+def test_injected_errors_then_success_and_retry_after():
+    with scripted_server([*failures(2, 503), Reply.error(429, retry_after=1), "fine"]) as server:
+        results = [post(server.base_url, chat("q")) for _ in range(4)]
+    assert [r[0] for r in results] == [503, 503, 429, 200]
+    assert results[2][2].get("Retry-After") == "1"
+    assert [r.status for r in server.requests] == [503, 503, 429, 200]
+
+
+def test_unknown_model_404_and_models_listing():
+    with scripted_server(["x"], models=["known"]) as server:
+        status, body, _ = post(server.base_url, chat("q", model="other"))
+        with urllib.request.urlopen(f"{server.base_url}/models", timeout=5) as response:
+            listing = json.loads(response.read())
+    assert status == 404 and "other" in body["error"]["message"]
+    assert [m["id"] for m in listing["data"]] == ["known"]
+
+
+def test_stall_is_cut_short_by_client_timeout_and_close_is_prompt():
+    started = time.monotonic()
+    with scripted_server([Reply.stall()]) as server:
+        with pytest.raises(TimeoutError):
+            post(server.base_url, chat("q"), timeout=0.5)
+    assert time.monotonic() - started < 10
+
+
+def test_latency_and_peak_in_flight():
+    with scripted_server(["r"], latency_s=0.3) as server:
+        args = (server.base_url, chat("q"))
+        threads = [threading.Thread(target=post, args=args) for _ in range(4)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - started
+    assert elapsed >= 0.3
+    assert server.peak_in_flight >= 2
+
+
+def test_script_errors_become_500_and_are_recorded():
+    def broken(request):
+        raise RuntimeError("boom")
+
+    with scripted_server(broken) as server:
+        status, _, _ = post(server.base_url, chat("q"))
+    assert status == 500
+    assert "boom" in server.script_errors[0]
+
+
+def test_helpers_read_turns_and_tool_results(scripted):
+    seen = []
+
+    def script(request):
+        seen.append((assistant_turns(request), tool_results(request)))
+        return "done"
+
+    server = scripted(script)
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "tool_call_id": "c", "content": "stdout: 3"},
+    ]
+    post(server.base_url, {"model": "m", "messages": messages})
+    assert seen == [(1, ["stdout: 3"])]
+    assert server.chat_requests()[0]["messages"] == messages
+
+
+def test_paths_outside_v1_get_404():
+    with scripted_server(["x"]) as server:
+        status, body, _ = post(server.base_url.removesuffix("/v1"), chat("q"))
+    assert status == 404 and "no route" in body["error"]["message"]
+    assert server.chat_requests() == []
