@@ -1,0 +1,57 @@
+"""`lcb splits`: write the optimizer protocol's train / validation / test split file.
+
+The rule is `lcb.optimize.splits.make_splits` (test = the eval IDs; train and validation by a
+seeded shuffle of the other usable rows; sizes scaled down for small datasets). The command
+loads every row of the source, writes the JSON file, and prints the sizes and the path on
+stdout; rows left out (no usable tests, malformed) are listed on stderr. An unusable source or
+a dataset too small to split exits with status 2 and one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from lcb.cli.app import app
+from lcb.cli.options import (
+    DataOpt,
+    ReleaseOpt,
+    RevisionOpt,
+    build_data_options,
+    fail,
+    load_or_exit,
+    report_skipped,
+)
+from lcb.hub import DEFAULT_RELEASE
+from lcb.optimize.splits import DEFAULT_SPLITS_PATH, SplitError, splits_from_loaded
+
+
+@app.command("splits")
+def splits(
+    *,
+    data: DataOpt = None,
+    release: ReleaseOpt = DEFAULT_RELEASE,
+    revision: RevisionOpt = None,
+    out: Annotated[Path, typer.Option(
+        "--out", dir_okay=False,
+        help="Where to write the split file.")] = DEFAULT_SPLITS_PATH,
+) -> None:
+    """Write the train / validation / test split file of the optimizer protocol.
+
+    Test = the 50 eval IDs; train (150) and validation (50) are drawn from the other usable
+    rows by a fixed-seed shuffle. Default source: the hub dataset at release_v1.
+    """
+    loaded = load_or_exit(build_data_options(data=data, release=release, revision=revision))
+    report_skipped(loaded)
+    try:
+        result = splits_from_loaded(loaded)
+    except SplitError as exc:
+        fail(str(exc))
+    result.save(out)
+    sizes = ", ".join(f"{name} {count}" for name, count in result.sizes.items())
+    note = "" if result.standard else " (scaled down: not the standard 150/50/50)"
+    Console(soft_wrap=True).print(f"wrote {out}: {sizes}{note}; test rule: {result.test_rule}",
+                                  markup=False, highlight=False)
