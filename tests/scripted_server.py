@@ -377,7 +377,8 @@ def scripted_server(
         latency_s=latency_s,
     )
     httpd.state = state  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, name=f"scripted-{port}", daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              name=f"scripted-{port}", daemon=True)
     thread.start()
     try:
         yield state

@@ -96,7 +96,7 @@ def test_concurrent_problems_get_their_own_replies():
 
 
 def test_team_crash_becomes_result_error(monkeypatch):
-    async def crashing(ctx, *, bundle=None):
+    async def crashing(ctx, *, bundle=None, options=None):
         raise KeyError("boom")
 
     monkeypatch.setitem(TEAMS, "single", crashing)

@@ -1,6 +1,6 @@
 """Teams of agents and the one way to run them: `solve(topology, problem, runtime)`.
 
-`TEAMS` maps a topology name to its run function `(ctx, *, bundle) -> TeamResult`. `solve`
+`TEAMS` maps a topology name to its run function `(ctx, *, bundle, options) -> TeamResult`. `solve`
 never raises for a per-problem failure (the model endpoint failing after retries, a crashing
 team): those come back as `TeamResult.error`. An unknown topology is a configuration error and
 raises `ValueError` at once.
@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 from lcb.problems import Problem
-from lcb.teams import single
+from lcb.teams import centralized, decentralized, independent, sequential, single
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult, TeamRuntime
+from lcb.teams.options import TeamOptions
 
 TeamFn = Callable[..., Awaitable[TeamResult]]
 
 TEAMS: dict[str, TeamFn] = {
-    single.TOPOLOGY: single.run,
+    team.TOPOLOGY: team.run
+    for team in (single, independent, sequential, centralized, decentralized)
 }
 
-__all__ = ["TEAMS", "AgentSpec", "TeamContext", "TeamResult", "TeamRuntime", "solve"]
+__all__ = ["TEAMS", "AgentSpec", "TeamContext", "TeamOptions", "TeamResult", "TeamRuntime", "solve"]
 
 
 async def solve(
@@ -30,15 +32,17 @@ async def solve(
     *,
     bundle: Mapping[str, str] | None = None,
     seed: int = 0,
+    options: TeamOptions | None = None,
 ) -> TeamResult:
     """Run the `topology` team on `problem` with prompt `bundle` (role -> text; missing roles
-    use the seed prompts) and run seed `seed`."""
+    use the seed prompts), run seed `seed` and team `options` (size, communication format,
+    active agents; None: the topology's defaults)."""
     team = TEAMS.get(topology)
     if team is None:
         raise ValueError(f"unknown topology {topology!r}; known: {', '.join(sorted(TEAMS))}")
     ctx = TeamContext(problem=problem, team=topology, runtime=runtime, seed=seed)
     try:
-        return await team(ctx, bundle=bundle)
+        return await team(ctx, bundle=bundle, options=options)
     except Exception as err:  # noqa: BLE001 - a per-problem failure is a result, not a crash
         return ctx.result(code=None, final_text="", transcript=[],
                           error=f"team {topology!r} crashed: {type(err).__name__}: {err}")

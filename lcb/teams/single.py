@@ -15,6 +15,7 @@ from langgraph.graph import StateGraph
 from lcb.prompts import question_prompt
 from lcb.teams.agent import build_agent_graph, run_agent
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult
+from lcb.teams.options import TeamOptions
 
 TOPOLOGY = "single"
 ROLES = ("solver",)
@@ -32,8 +33,18 @@ def build(ctx: TeamContext, bundle: Mapping[str, str] | None = None) -> StateGra
     return build_agent_graph(solver(ctx, bundle), ctx)
 
 
-async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None) -> TeamResult:
-    """Solve `ctx.problem`; per-problem failures come back in `TeamResult.error`."""
+async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None,
+              options: TeamOptions | None = None) -> TeamResult:
+    """Solve `ctx.problem`; per-problem failures come back in `TeamResult.error`.
+
+    The single team has one agent: `options` may only leave the size unset or set it to 1, and
+    a mask that deactivates the solver makes the team abstain with no model call.
+    """
+    if options is not None and options.team_size not in (None, 1):
+        raise ValueError(f"the single team has one agent; got --team-size {options.team_size}")
+    if options is not None and options.active is not None and "solver" not in options.active:
+        return ctx.result(code=None, final_text="", transcript=[],
+                          fields={"agents_ran": []})
     agent = await run_agent(solver(ctx, bundle), ctx, user=question_prompt(ctx.problem))
     fields = {"turns": agent.turns, "hit_turn_cap": agent.hit_turn_cap,
               "outputs": {agent.agent: agent.final_text}}
