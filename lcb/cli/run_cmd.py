@@ -1,0 +1,263 @@
+"""`lcb run` and `lcb demo`: a team solves problems; the seed's topology entry points.
+
+- `lcb run --topology T …` runs a batch (see `lcb.runner`); `--batch` is accepted and implied.
+- `lcb demo` runs the two built-in problems (see `lcb.demo`).
+- `topology_main(T)` backs `python -m topologies…langgraph_lcb`: no arguments -> the demo;
+  `--batch …` -> the batch; other flags without `--batch` are refused.
+Exit codes: 0 done; 1 the endpoint check failed; 2 bad input or a topology not built yet;
+130 interrupted (the message gives the exact command that resumes).
+Heavy imports (LangChain, the grader) happen inside the commands, so `lcb --help` stays fast.
+"""
+
+import asyncio
+import shlex
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from lcb.cli.app import app
+from lcb.cli.options import DataOptions, fail, with_data_options
+
+TOPOLOGIES = ("single", "independent", "sequential", "centralized", "decentralized")
+ENTRY_MODULES = {
+    "single": "topologies.single.lcb.langgraph_lcb",
+    "independent": "topologies.independent.lcb.langgraph_lcb",
+    **{t: f"topologies.{t}.langgraph.lcb.langgraph_lcb"
+       for t in ("sequential", "centralized", "decentralized")},
+}
+Topology = StrEnum("Topology", {name: name for name in TOPOLOGIES})
+_RUN, _MODEL = "Run", "Model endpoint"
+
+
+def _opt(*names: str, panel: str = _RUN, **kw: Any) -> Any:
+    return typer.Option(*names, rich_help_panel=panel, **kw)
+
+
+TopologyOpt = Annotated[Topology, _opt("--topology", "-t", help="The team to run.")]
+ModelOpt = Annotated[str | None, _opt(
+    "--model", panel=_MODEL, help="Model alias (qwen, llama) or id; default $MODEL_ID.")]
+VllmExtrasOpt = Annotated[bool, _opt(
+    "--vllm-extras/--no-vllm-extras", panel=_MODEL,
+    help="Send vLLM's extra sampling fields (switch off for hosted APIs that reject them).")]
+MaxRequestsOpt = Annotated[int, _opt(
+    "--max-requests", min=1, panel=_MODEL, help="Model requests in flight at most.")]
+SeedOpt = Annotated[int, _opt("--seed", help="Sampling seed (recorded in every record).")]
+BATCH_ONLY = ("out", "out_dir", "concurrency", "resume", "retry_errors", "max_errors",
+              "problem_timeout", "limit", "offset", "only", "difficulty", "platform",
+              "start_date", "end_date")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """Passed as the click context object when a seed module path is the entry point."""
+
+    topology: str
+    prog: str
+
+
+def _require_team(topology: str) -> None:
+    from lcb.teams import TEAMS
+
+    if topology not in TEAMS:
+        fail(f"the {topology} topology is not available yet (available now: "
+             f"{', '.join(TEAMS)}); it is built by a later issue.")
+
+
+def _model_config(model: str | None, *, seed: int, max_requests: int, vllm_extras: bool):
+    from lcb.models import ModelConfig
+
+    try:
+        return ModelConfig.from_env(model, seed=seed, max_concurrent_requests=max_requests,
+                                    vllm_extras=vllm_extras)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """True when option `name` was typed on the command line (not a default or env value)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"  # typer vendors its own click
+
+
+def _flag_words(param: Any, value: Any) -> list[str]:
+    flag = param.opts[0]
+    if getattr(param, "is_flag", False):
+        return [flag] if value else list(param.secondary_opts[:1])
+    values = value if isinstance(value, list | tuple) else [value]
+    return [word for item in values for word in (flag, str(item))]
+
+
+def command_line(ctx: typer.Context, prog: str, *, skip: tuple[str, ...] = (),
+                 extra: tuple[str, ...] = ()) -> str:
+    """The command as typed (the options given on the command line, but `skip`), then `extra`."""
+    words = shlex.split(prog)
+    for param in ctx.command.params:
+        if param.name in skip or not param.opts:
+            continue
+        if given(ctx, param.name):
+            words += _flag_words(param, ctx.params[param.name])
+    return shlex.join([*words, *extra])
+
+
+def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
+    from lcb.datasets import DataError
+    from lcb.grading import SandboxUnavailable
+    from lcb.grading.official import OfficialGraderMissing
+    from lcb.models import EndpointError
+    from lcb.progress import print_summary
+    from lcb.records import RecordsError
+    from lcb.rundir import OutputError
+    from lcb.runner import BatchAborted, run_batch
+
+    err = Console(stderr=True, soft_wrap=True)
+    paths = config.paths
+    where = ("--out", str(paths.predictions)) if paths.out_dir is None else \
+        ("--out-dir", str(paths.out_dir))
+    resume = command_line(ctx, prog, skip=("out", "out_dir", "resume", "retry_errors"),
+                          extra=(*where, "--resume"))
+    try:
+        summary = asyncio.run(run_batch(config))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err.print(f"\nInterrupted. Every finished problem is saved in {config.paths.predictions}."
+                  f"\nResume with:\n  {resume}", markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    except EndpointError as exc:
+        err.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    except BatchAborted as exc:
+        err.print(f"\nStopped: {exc}\nEvery finished problem is saved in {paths.predictions}. "
+                  f"Once the cause is fixed, resume and rerun the failed problems with:\n"
+                  f"  {resume} --retry-errors", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    except (OutputError, DataError, RecordsError, SandboxUnavailable, OfficialGraderMissing,
+            ValueError) as exc:
+        fail(str(exc))
+    out = Console(soft_wrap=True)
+    if not summary["n_pending_at_start"]:
+        out.print(f"Nothing to run: all {summary['n_selected']} selected problems are already "
+                  f"recorded in {paths.predictions}.")
+    print_summary(summary, console=out)
+    if summary.get("n_skipped_rows"):
+        err.print(f"{summary['n_skipped_rows']} row(s) without usable tests were skipped "
+                  "(`lcb problems` lists them with reasons).")
+    out.print(f"records: {paths.predictions}" +
+              (f"  summary: {paths.summary}" if paths.summary else ""))
+
+
+def _paths(out: Path | None, out_dir: Path | None, topology: str) -> Any:
+    from lcb.rundir import OutputError, RunPaths
+
+    try:
+        return RunPaths.choose(out=out, out_dir=out_dir,
+                               default_dir=Path("results") / f"{topology}_lcb")
+    except OutputError as exc:
+        fail(str(exc))
+
+
+@app.command("run")
+@with_data_options
+def run(
+    ctx: typer.Context,
+    *,
+    topology: TopologyOpt = Topology.single,
+    batch: Annotated[bool, _opt("--batch", help="Run a batch (implied by `lcb run`).")] = False,
+    out: Annotated[Path | None, _opt(
+        "--out", metavar="FILE.jsonl", help="Write records to this JSONL file only.")] = None,
+    out_dir: Annotated[Path | None, _opt(
+        "--out-dir", metavar="DIR", help="Write predictions.jsonl, summary.json, manifest.json "
+                                         "and transcripts/ here (default results/<topology>_lcb).")
+    ] = None,
+    concurrency: Annotated[int, _opt("--concurrency", min=1, help="Problems in flight.")] = 8,
+    resume: Annotated[bool, _opt(
+        "--resume", help="Continue an earlier run in the same output: skip recorded ids.")] = False,
+    retry_errors: Annotated[bool, _opt(
+        "--retry-errors", help="With --resume: run again the problems whose record has an "
+                               "error (old records move to predictions.errors.jsonl).")] = False,
+    max_errors: Annotated[int, _opt(
+        "--max-consecutive-errors", min=0, help="Stop the batch after N problems in a row end "
+                                                "in an error (0: never).")] = 10,
+    problem_timeout: Annotated[float, _opt(
+        "--problem-timeout", min=1, help="Seconds one problem may take before it is recorded "
+                                         "as an error.")] = 1800.0,
+    grader: Annotated[str, _opt("--grader", help="default (lcb) or official (LiveCodeBench's "
+                                                 "own functions).")] = "default",
+    sandbox: Annotated[str, _opt("--sandbox", help="How graded programs are contained.")
+                       ] = "process",
+    model: ModelOpt = None,
+    seed: SeedOpt = 0,
+    max_requests: MaxRequestsOpt = 16,
+    vllm_extras: VllmExtrasOpt = True,
+    data_options: DataOptions,
+) -> None:
+    """Run a team on a batch of problems: records, summary, manifest and transcripts."""
+    entry = ctx.obj if isinstance(ctx.obj, _Entry) else None
+    chosen = str(topology)
+    if entry is not None:
+        if given(ctx, "topology") and chosen != entry.topology:
+            fail(f"this entry point runs the {entry.topology} topology; for {chosen} use "
+                 f"`python -m {ENTRY_MODULES[chosen]}` or `lcb run --topology {chosen}`")
+        chosen = entry.topology
+        if not batch:
+            typed = [p.opts[0] for p in ctx.command.params
+                     if p.name in BATCH_ONLY and given(ctx, p.name)]
+            if typed:
+                fail(f"{', '.join(typed)} select or write a batch: add --batch (with no "
+                     "arguments this module runs the two built-in demo problems)")
+            _demo(chosen, model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+            return
+    _require_team(chosen)
+    from lcb.runner import RunConfig
+
+    prog = entry.prog if entry else "lcb run"
+    config = RunConfig(
+        topology=chosen, paths=_paths(out, out_dir, chosen),
+        model=_model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras),
+        data=data_options.data, release=data_options.release, revision=data_options.revision,
+        selection=data_options.selection, strict=data_options.strict,
+        concurrency=concurrency, resume=resume, retry_errors=retry_errors,
+        max_consecutive_errors=max_errors, problem_timeout_s=problem_timeout, seed=seed,
+        grader=grader, sandbox=sandbox, command=tuple(shlex.split(command_line(ctx, prog))),
+    )
+    _run_batch(ctx, prog, config)
+
+
+def _demo(topology: str, model: str | None, *, seed: int, max_requests: int,
+          vllm_extras: bool) -> None:
+    from lcb.demo import run_demo
+
+    _require_team(topology)
+    config = _model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+    try:
+        code = asyncio.run(run_demo(config, topology=topology))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+@app.command("demo")
+def demo(
+    topology: TopologyOpt = Topology.single,
+    model: ModelOpt = None,
+    seed: SeedOpt = 0,
+    max_requests: MaxRequestsOpt = 16,
+    vllm_extras: VllmExtrasOpt = True,
+) -> None:
+    """Solve the two built-in problems (stdin and functional) and print every test's result.
+
+    With no endpoint answering, grade the sample set's reference solutions instead (labelled)."""
+    _demo(str(topology), model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+
+
+_entry_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+_entry_app.command()(run)
+
+
+def topology_main(topology: str) -> None:
+    """The body of `python -m topologies…langgraph_lcb` for `topology` (never returns)."""
+    prog = f"python -m {ENTRY_MODULES[topology]}"
+    command = typer.main.get_command(_entry_app)
+    command.main(prog_name=prog, obj=_Entry(topology=topology, prog=prog))

@@ -1,0 +1,133 @@
+"""`lcb score`: grade given programs with no model.
+
+Reads PRED.jsonl (`{"id": …, "code": …}` per line, other fields carried along), grades each
+line against the selected problems, appends one result line per input line to RESULTS.jsonl (in
+input order, flushed line by line), writes the pass@1 summary as JSON next to it
+(`RESULTS.summary.json`, see `lcb.scoring.summary_path`) and prints it as a table. Per-line
+problems (bad JSON, unknown id, no code) become error lines; configuration problems (missing
+official grader, unusable data source) exit with status 2 and a one-line message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lcb import scoring
+from lcb.cli.app import app
+from lcb.cli.options import DataOptions, fail, load_or_exit, report_skipped, with_data_options
+from lcb.datasets import Loaded, Selection
+from lcb.grading import SandboxUnavailable, check_sandbox
+
+
+class GraderChoice(StrEnum):
+    DEFAULT = "default"
+    OFFICIAL = "official"
+
+
+class SandboxChoice(StrEnum):
+    PROCESS = "process"
+    BWRAP = "bwrap"
+
+
+@app.command("score")
+@with_data_options
+def score(
+    *,
+    predictions: Annotated[Path, typer.Option(
+        "--predictions", exists=True, dir_okay=False, readable=True,
+        help="JSONL of programs: one {\"id\": question_id, \"code\": program, …} per line.")],
+    out: Annotated[Path, typer.Option(
+        "--out", dir_okay=False,
+        help="Results JSONL (appended); the summary goes to <stem>.summary.json beside it.")],
+    grader: Annotated[GraderChoice, typer.Option(
+        "--grader", case_sensitive=False,
+        help="default: lcb's grader on the private tests. official: LiveCodeBench's own "
+             "run_test on public then private tests.")] = GraderChoice.DEFAULT,
+    all_tests: Annotated[bool, typer.Option(
+        "--all-tests", help="Run every test (full pass counts) instead of stopping at the "
+                            "first failure.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", min=1, help="Grading worker processes (default: the number of cores).")] = None,
+    sandbox: Annotated[SandboxChoice, typer.Option(
+        "--sandbox", case_sensitive=False,
+        help="process: contained processes. bwrap: also bubblewrap (no network, read-only "
+             "root, private /tmp, PID namespace).")] = SandboxChoice.PROCESS,
+    data_options: DataOptions,
+) -> None:
+    """Grade the programs of a predictions file and print pass@1."""
+    config = scoring.ScoreConfig(grader=str(grader), all_tests=all_tests, jobs=jobs,
+                                 sandbox=str(sandbox))
+    _check_grader(config)
+    parsed = scoring.read_predictions(predictions)
+    narrowed = _narrowed(data_options, parsed)
+    loaded = load_or_exit(narrowed)
+    report_skipped(loaded if narrowed is data_options else _without_absent_ids(loaded))
+    problems = {p.id: p for p in loaded.problems}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as handle:
+        lines = asyncio.run(scoring.score_predictions(parsed, problems, handle, config=config))
+    summary = {**scoring.summarize_scores(lines), "grader": config.grader,
+               "all_tests": config.all_tests, "predictions": str(predictions),
+               "results": str(out), "source": loaded.source}
+    scoring.summary_path(out).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    Console().print(summary_table(summary))
+
+
+def _check_grader(config: scoring.ScoreConfig) -> None:
+    """Fail before any work when the chosen grader or sandbox cannot run here."""
+    try:
+        check_sandbox(config.sandbox)
+    except (SandboxUnavailable, ValueError) as exc:
+        fail(str(exc))
+    if config.grader == GraderChoice.OFFICIAL:
+        from lcb.grading.official import OfficialGraderMissing, require_official
+
+        try:
+            require_official()
+        except OfficialGraderMissing as exc:
+            fail(str(exc))
+        if config.sandbox != SandboxChoice.PROCESS:
+            fail("--grader official runs LiveCodeBench's in-process grader: use --sandbox "
+                 "process with it")
+
+
+def _narrowed(options: DataOptions, parsed: list[scoring.Prediction]) -> DataOptions:
+    """With no selection given, load only the problems the predictions name."""
+    if options.selection != Selection():
+        return options
+    ids = tuple(dict.fromkeys(p.id for p in parsed if p.id and not p.invalid))
+    if not ids:
+        return options
+    return dataclasses.replace(options, selection=Selection(only=ids))
+
+
+def _without_absent_ids(loaded: Loaded) -> Loaded:
+    """Drop the loader's "not in the source" notes for ids we asked for on the user's behalf:
+    their prediction lines already get an error naming the id. Malformed rows stay reported."""
+    kept = [s for s in loaded.skipped if not s.reason.startswith("requested with --only")]
+    return dataclasses.replace(loaded, skipped=kept)
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The pass@1 summary as a rich table: overall, with code, per difficulty and platform."""
+    table = Table(title=f"pass@1 ({summary['grader']} grader)")
+    for name in ("", "problems", "predictions", "solved", "pass@1"):
+        table.add_column(name, justify="left" if not name else "right")
+    rows = [("overall", summary), ("with code", summary["with_code"])]
+    rows += [(f"difficulty {k}", v) for k, v in summary["by_difficulty"].items()]
+    rows += [(f"platform {k}", v) for k, v in summary["by_platform"].items()]
+    for label, block in rows:
+        table.add_row(label, str(block["n_problems"]), str(block["n_predictions"]),
+                      str(block["solved"]), f"{block['pass@1']:.3f}")
+    if summary["n_invalid"]:
+        table.caption = f"{summary['n_invalid']} line(s) not graded (see their 'error' field)"
+    return table

@@ -1,0 +1,212 @@
+"""What runs inside a program's own process (after `contain.enter_child`).
+
+- `run_as_script(code, main=…)`: a stdin program as `python prog.py` would run it, in `main`
+  (a `__main__` module, with the prelude already run in it): `sys.std*` are the interpreter's own
+  streams, now on the program's fds 0/1/2 (with `.buffer`); the exit status is what Python gives
+  (SystemExit rules, 1 after an uncaught exception, traceback on stderr).
+- `run_functional(...)`: load the program once (prelude + program in a module that is not
+  `__main__`), take `Solution()` when the text `class Solution` occurs (one instance for all
+  tests) else the module-level function, and for each test: JSON args per line, call, tuple ->
+  list, `==` against the JSON expected value. It writes JSON lines to the supervisor:
+  `{"start": i}` before loading and again once loaded (test `i` starts then), and
+  `{"i", "v", "wall", "cpu", "actual", "error"}` after each test (the next one starts at once).
+
+These functions never return: they end the process with `os._exit`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import os
+import sys
+import time
+import traceback
+import types
+from collections.abc import Sequence
+from typing import NoReturn
+
+from lcb.grading.prelude import GUARDED_BUILTINS, PRELUDE_CODE, reliability_guard
+from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
+from lcb.problems import Test
+
+SCRIPT_FILE = "solution.py"
+FUNCTIONAL_MODULE = "tmp_sol"  # like LiveCodeBench: not "__main__", so main guards do not run
+
+
+def _bind_std_streams(namespace: dict) -> None:
+    """Make `sys.std*` text streams on fds 0/1/2 (UTF-8, with `.buffer`).
+
+    In a worker they already are, and are reused: building new ones in every test process costs
+    time. A host that replaced them (pytest's capture, an IDE) gets fresh ones, and the names the
+    prelude's `from sys import *` bound are updated to match.
+    """
+    try:
+        if [s.fileno() for s in (sys.stdin, sys.stdout, sys.stderr)] == [0, 1, 2]:
+            return
+    except (AttributeError, ValueError, OSError):
+        pass
+
+    def text(fd: int, mode: str) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffered, encoding="utf-8", line_buffering=(fd == 2),
+                                errors="backslashreplace" if fd == 2 else "strict")
+
+    sys.stdin = sys.__stdin__ = text(0, "r")
+    sys.stdout = sys.__stdout__ = text(1, "w")
+    sys.stderr = sys.__stderr__ = text(2, "w")
+    if "stdin" in namespace:
+        namespace.update(stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status `python prog.py` exits with after `SystemExit(exc.code)`."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _flush_all() -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            return 120  # what CPython exits with when flushing stdout fails at shutdown
+    return 0
+
+
+def _program_traceback(exc: BaseException) -> str:
+    """The traceback as `python prog.py` would show it: without this harness's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def script_module(filename: str, *, prelude: bool, name: str = "__main__") -> types.ModuleType:
+    """A fresh module named `name` (`__file__` = filename), with the prelude run in it if asked."""
+    module = types.ModuleType(name)
+    module.__dict__.update(__file__=filename, __builtins__=builtins)
+    if prelude:
+        exec(PRELUDE_CODE, module.__dict__)
+    return module
+
+
+_templates: dict[str, types.ModuleType] = {}
+
+
+def prelude_module(name: str) -> types.ModuleType:
+    """A module named `name` with the prelude run in it, built once per process and cached.
+
+    Only forked children may run programs in it (each gets its own copy-on-write copy), never
+    the process that built it. Workers build both templates before forking anything, so a
+    program costs neither the prelude's imports nor its name binding.
+    """
+    if name not in _templates:
+        _templates[name] = script_module(SCRIPT_FILE, prelude=True, name=name)
+    return _templates[name]
+
+
+def run_as_script(code: types.CodeType | str, *, main: types.ModuleType) -> NoReturn:
+    """Run `code` (compiled, or source compiled here) in `main`; exit as Python would."""
+    status = 1
+    try:
+        namespace = main.__dict__
+        _bind_std_streams(namespace)
+        sys.argv[:] = [namespace["__file__"]]  # in place: the prelude bound `argv` to this list
+        sys.modules["__main__"] = main
+        try:
+            if isinstance(code, str):
+                code = compile(code, namespace["__file__"], "exec")
+            exec(code, namespace)
+            status = 0
+        except SystemExit as exc:
+            status = _exit_status(exc)
+        except BaseException as exc:
+            sys.stderr.write(_program_traceback(exc))
+            status = 1
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()  # wait for non-daemon threads, as interpreter exit does
+        status = _flush_all() or status
+    finally:
+        os._exit(status)
+
+
+def _send(fd: int, message: dict) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _failure(exc: BaseException) -> tuple[Verdict, str]:
+    tail = clip(_program_traceback(exc), FEEDBACK_CHARS)
+    return (Verdict.MEMORY_LIMIT if isinstance(exc, MemoryError) else Verdict.RUNTIME_ERROR), tail
+
+
+def _load(code: types.CodeType, source: str, fn_name: str):
+    namespace = prelude_module(FUNCTIONAL_MODULE).__dict__  # our own copy: we are a fork
+    for name in GUARDED_BUILTINS:  # the prelude ran before the guard; LiveCodeBench's after it
+        namespace[name] = getattr(builtins, name)
+    exec(code, namespace)
+    if "class Solution" in source:  # LiveCodeBench's own rule for LeetCode-style programs
+        return getattr(namespace["Solution"](), fn_name)
+    if fn_name not in namespace:
+        raise NameError(f"the program defines no function {fn_name!r}")
+    return namespace[fn_name]
+
+
+def _call(method, test: Test) -> tuple[Verdict, str, str]:
+    """Run one test: (verdict, actual-output text, error text)."""
+    try:
+        args = [json.loads(line) for line in test.input.split("\n")]
+        expected = json.loads(test.output)
+        result = method(*args)
+        if isinstance(result, tuple):
+            result = list(result)
+        if result == expected:
+            return Verdict.PASSED, "", ""
+        return Verdict.WRONG_ANSWER, clip(_safe_repr(result)), ""
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are program failures too
+        verdict, tail = _failure(exc)
+        return verdict, "", tail
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(value)
+        except Exception:
+            return f"<unprintable {type(value).__name__}>"
+
+
+def run_functional(code: types.CodeType, *, source: str, fn_name: str, tests: Sequence[Test],
+                   start: int, all_tests: bool, chan: int) -> NoReturn:
+    try:
+        reliability_guard()
+        _send(chan, {"start": start})
+        try:
+            method = _load(code, source, fn_name)
+        except BaseException as exc:
+            verdict, tail = _failure(exc)
+            _send(chan, {"i": start, "v": verdict, "error": tail, "load": True})
+            os._exit(0)
+        _send(chan, {"start": start})
+        for index in range(start, len(tests)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            verdict, actual, error = _call(method, tests[index])
+            _send(chan, {"i": index, "v": verdict, "wall": time.perf_counter() - wall,
+                         "cpu": time.process_time() - cpu, "actual": actual, "error": error})
+            if verdict is not Verdict.PASSED and not all_tests:
+                break
+    finally:
+        os._exit(0)

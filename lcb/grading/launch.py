@@ -1,0 +1,71 @@
+"""Start lcb's helper interpreters (grading workers, python_exec supervisors), contained.
+
+`python_argv(entry, sandbox=…)` is the command line of a fresh interpreter that calls `entry`
+("module:function"): the project's venv interpreter with `-s` (no user site) and a scrubbed
+environment (`worker_env()`: PYTHONHASHSEED=0, so every worker hashes alike and verdicts do not
+depend on which worker ran a program). With `sandbox="bwrap"` it runs under bubblewrap: no
+network, read-only root, private /tmp, own PID namespace, killed with its parent.
+`start(argv, jail=…)` starts it in its own session, inside the given pids cgroup when there is one
+(joined by a tiny `sh` before exec, so no `preexec_fn` runs in a threaded parent).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lcb.grading.contain import SAFE_PATH, PidsJail
+
+SANDBOXES = ("process", "bwrap")
+ROOT = str(Path(__file__).resolve().parents[2])
+BWRAP_FLAGS = (
+    "--unshare-all", "--die-with-parent", "--new-session",
+    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    "--chdir", "/tmp",
+)
+BWRAP_ADVICE = (
+    "sandbox 'bwrap' needs bubblewrap on PATH: install it (Debian/Ubuntu: "
+    "`apt-get install -y bubblewrap`; Fedora: `dnf install bubblewrap`) or use sandbox 'process'"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested sandbox tier cannot run on this machine; the message says how to fix it."""
+
+
+def check_sandbox(sandbox: str) -> None:
+    """Raise at configuration time: ValueError for an unknown tier, SandboxUnavailable if absent."""
+    if sandbox not in SANDBOXES:
+        raise ValueError(f"unknown sandbox {sandbox!r}: choose one of {', '.join(SANDBOXES)}")
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        raise SandboxUnavailable(BWRAP_ADVICE)
+
+
+def worker_env() -> dict[str, str]:
+    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def python_argv(entry: str, *, sandbox: str = "process") -> list[str]:
+    check_sandbox(sandbox)
+    module, _, function = entry.partition(":")
+    boot = (f"import sys; sys.path.insert(0, {ROOT!r}); "
+            f"from {module} import {function}; {function}()")
+    argv = [sys.executable, "-s", "-c", boot]
+    if sandbox == "bwrap":
+        bwrap = shutil.which("bwrap")
+        assert bwrap is not None
+        argv = [bwrap, *BWRAP_FLAGS, "--", *argv]
+    return argv
+
+
+def start(argv: list[str], *, jail: PidsJail | None, stderr: int | None = None
+          ) -> subprocess.Popen:
+    """Start `argv` with piped stdin/stdout, in its own session, inside `jail` if given."""
+    if jail is not None:
+        join = 'echo $$ 2>/dev/null > "$0"; exec "$@"'  # cannot join: run unjailed'
+        argv = ["/bin/sh", "-c", join, str(jail.path / "cgroup.procs"), *argv]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env=worker_env(), cwd="/", start_new_session=True, close_fds=True)

@@ -1,0 +1,50 @@
+"""The disposable supervisor: the parent of a program's processes, and their killer.
+
+A worker forks one supervisor per program. The supervisor makes itself a child subreaper (so
+whatever the program forks, even after `setsid()`, stays its descendant), then runs the tests:
+- stdin mode: one forked process per test (fd 0 = the input in a memfd, fd 1/2 = memfds capped
+  by RLIMIT_FSIZE), a wall-clock deadline watched through a pidfd, then every descendant killed.
+- functional mode: one forked process runs the tests in order (see `child.run_functional`); the
+  supervisor times each test from the child's reports and kills the child on overrun.
+It reports one JSON line per test on `out_fd` and exits. If the program kills it, the worker
+(also a subreaper, and owner of the program's pids cgroup) cleans up instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import NoReturn
+
+from lcb.grading.contain import become_subreaper, die_with_parent, kill_descendants
+from lcb.grading.functional_mode import run_functional
+from lcb.grading.process import Job, enter_supervisor
+from lcb.grading.stdin_mode import run_stdin
+from lcb.problems import Mode
+
+__all__ = ["Job", "supervise"]
+
+
+def _keep_only(out_fd: int) -> None:
+    """Drop the worker's descriptors (its RPC pipes among them); fds 0/1 become /dev/null."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.closerange(3, out_fd)
+    os.closerange(out_fd + 1, 1 << 16)
+
+
+def supervise(job: Job, out_fd: int, workdir: str) -> NoReturn:
+    """The supervisor's whole life: run the job in `workdir` (made and removed by the caller),
+    report each test on `out_fd`, kill leftovers, exit."""
+    try:
+        become_subreaper()
+        die_with_parent()
+        _keep_only(out_fd)
+        enter_supervisor(workdir, job.limits)
+        run = run_stdin if job.mode is Mode.STDIN else run_functional
+        for result in run(job, workdir):
+            os.write(out_fd, (json.dumps(result) + "\n").encode())
+        kill_descendants()
+    finally:
+        os._exit(0)

@@ -1,0 +1,184 @@
+"""One optimizer job: optimize → validate → test, each phase resumable, artifacts under `--out`.
+
+Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
+- Configuration errors raise before any work: an unknown method (`UnknownMethod`) or team
+  (`ValueError`), a split file that does not fit the data (`SplitError`), an `--out` holding
+  another job (`ArtifactError`) or an interrupted optimization (`InterruptedOptimization`,
+  unless `restart_optimization`), an endpoint that does not answer (`EndpointError`).
+- Splits: `config.splits`, else the job's own `splits.json` (a rerun), else the standard file
+  (`benchmarks/lcb/lcb_splits.json`) for the default hub source, else the documented rule
+  (`lcb.optimize.splits`) applied to `config.data`. The job keeps a copy in `DIR/splits.json`
+  and refuses a later run with other splits.
+- optimize: the method runs on `OptimizerData` (train + validation rows only; test rows are not
+  loaded) within the budget; the history starts with the seed bundle and ends with a "final"
+  entry holding the incumbent; `DIR/ledger.json` keeps the ledger's final state.
+- validate (uncharged, greedy): seed bundle and incumbent on the whole validation split with
+  paired seeds; the incumbent is deployed only if strictly better; the decision is sealed in
+  `selection.json` before any test row is loaded. An incumbent equal to the seed is run once.
+- test (uncharged, greedy): the seed and deployed bundles on the test split (once when the seed
+  is deployed); `test.json` and `result.json` (Δ in points).
+- `phase="all"` runs whatever is missing, in order; a named phase needs the earlier ones done.
+  Returns the one-line JSON summary of the job (`summary`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from lcb.datasets import load_problems
+from lcb.grading import GradingPool
+from lcb.models import ModelConfig, check_endpoint
+from lcb.optimize import phases
+from lcb.optimize.artifacts import Artifact, JobSpec, open_job_dir, read_history
+from lcb.optimize.method import Optimizer
+from lcb.optimize.methods import get_optimizer
+from lcb.optimize.rollout import reflection_config
+from lcb.optimize.splits import DEFAULT_SPLITS_PATH, SplitError, Splits, splits_from_loaded
+from lcb.optimize.teamrun import DEFAULT_RUN_TIMEOUT_S, TeamCell
+from lcb.prompts import seed_bundle
+from lcb.teams import TeamRuntime
+
+log = logging.getLogger("lcb.optimize")
+SPLITS_FILE = "splits.json"
+
+
+class JobPhase(StrEnum):
+    OPTIMIZE = "optimize"
+    VALIDATE = "validate"
+    TEST = "test"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything one job needs. `model` samples the optimize phase; evaluations use it greedy."""
+
+    method: str
+    topology: str
+    model: ModelConfig
+    out: Path
+    seed: int = 0
+    dataset: str = "lcb"
+    team_size: int | None = None
+    communication: str = "freeform"
+    budget: int = 600
+    phase: JobPhase = JobPhase.ALL
+    data: str | None = None
+    release: str = "release_v1"
+    splits: Path | None = None
+    concurrency: int = 4
+    restart_optimization: bool = False
+    reflection: ModelConfig | None = None  # None: from the environment over the task model
+    method_settings: dict[str, Any] = field(default_factory=dict)
+    grade_workers: int | None = None
+    run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S
+    check_endpoints: bool = True
+
+    def __post_init__(self) -> None:
+        if self.phase not in tuple(JobPhase):
+            choices = ", ".join(JobPhase)
+            raise ValueError(f"unknown phase {self.phase!r}: choose one of {choices}")
+        object.__setattr__(self, "phase", JobPhase(self.phase))
+        object.__setattr__(self, "out", Path(self.out))
+        if self.dataset != "lcb":
+            raise ValueError(f"unknown dataset {self.dataset!r}: only 'lcb' is supported")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+
+
+def resolve_splits(config: JobConfig) -> Splits:
+    """The job's splits (see the module docstring for the order of sources)."""
+    saved = config.out / SPLITS_FILE
+    if config.splits is not None:
+        splits = Splits.load(config.splits)
+    elif saved.exists():
+        return Splits.load(saved)
+    elif config.data is None and DEFAULT_SPLITS_PATH.exists():
+        splits = Splits.load(DEFAULT_SPLITS_PATH)
+    else:
+        log.info("computing the splits of %s by the documented rule", config.data or "the hub")
+        splits = splits_from_loaded(load_problems(config.data, release=config.release))
+    if saved.exists() and Splits.load(saved) != splits:
+        raise SplitError(f"{saved} holds other splits than {config.splits}: this job was made "
+                         "with them; choose a fresh --out to use new splits")
+    return splits
+
+
+def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: ModelConfig
+             ) -> JobSpec:
+    other_reflection = (reflection.model_id, reflection.base_url) != (config.model.model_id,
+                                                                     config.model.base_url)
+    return JobSpec(method=config.method, dataset=config.dataset, topology=cell.topology,
+                   model=config.model.model_id, seed=config.seed,
+                   team_size=None if cell.is_single else cell.size,
+                   communication=None if cell.is_single else cell.communication,
+                   budget=config.budget, temperature=config.model.temperature,
+                   top_p=config.model.top_p,
+                   reflection_model=reflection.model_id if other_reflection else None,
+                   split_sizes=splits.sizes, data=config.data, release=config.release)
+
+
+def pending_phases(config: JobConfig, out: Path) -> list[JobPhase]:
+    """The phases this run executes; a named phase whose prerequisite is missing raises."""
+    history = read_history(out)
+    state = {JobPhase.OPTIMIZE: bool(history) and history[-1].kind == "final",
+             JobPhase.VALIDATE: (out / Artifact.SELECTION).exists(),
+             JobPhase.TEST: (out / Artifact.RESULT).exists()}
+    order = [JobPhase.OPTIMIZE, JobPhase.VALIDATE, JobPhase.TEST]
+    if config.phase is JobPhase.ALL:
+        return [phase for phase in order if not state[phase]]
+    before = order[:order.index(config.phase)]
+    missing = [phase.value for phase in before if not state[phase]]
+    if missing:
+        raise phases.JobError(f"--phase {config.phase} needs the {' and '.join(missing)} "
+                              f"phase(s) of {out} first (or --phase all)")
+    return [config.phase]
+
+
+async def run_job(config: JobConfig) -> dict[str, Any]:
+    """Run the phases `config.phase` asks for; return the job summary (module docstring)."""
+    optimizer = get_optimizer(config.method, **config.method_settings)
+    cell = TeamCell(config.topology, config.team_size, config.communication)
+    seed = seed_bundle(cell.topology, cell.roles)
+    reflection = config.reflection or reflection_config(config.model)
+    splits = resolve_splits(config)
+    spec = job_spec(config, cell, splits, reflection)
+    if config.check_endpoints and not (config.out / Artifact.RESULT).exists():
+        await check_endpoint(config.model)
+        if spec.reflection_model and config.method != "identity":
+            await check_endpoint(reflection)
+    out = open_job_dir(config.out, spec, restart_optimization=config.restart_optimization)
+    if not (out / SPLITS_FILE).exists():
+        splits.save(out / SPLITS_FILE)
+    todo = pending_phases(config, out)
+    log.info("job %s: phases to run: %s", out, ", ".join(todo) or "none")
+    job = phases.Job(out=out, cell=cell, seed_bundle=seed, splits=splits,
+                     optimizer_seed=config.seed, data=config.data, release=config.release)
+    with GradingPool(config.grade_workers) as pool:
+        for phase in todo:
+            await _run_phase(phase, job, config, pool, optimizer=optimizer,
+                             reflection=reflection)
+    return phases.summary(out, spec, ran=[phase.value for phase in todo])
+
+
+async def _run_phase(phase: JobPhase, job: phases.Job, config: JobConfig, pool: GradingPool, *,
+                     optimizer: Optimizer, reflection: ModelConfig) -> None:
+    """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise."""
+    greedy = phase is not JobPhase.OPTIMIZE
+    runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model)
+    try:
+        team = phases.runner(job, runtime, pool, concurrency=config.concurrency,
+                             run_timeout_s=config.run_timeout_s)
+        if phase is JobPhase.OPTIMIZE:
+            await phases.run_optimize(job, team, optimizer, budget=config.budget,
+                                      reflection=reflection)
+        elif phase is JobPhase.VALIDATE:
+            await phases.run_validate(job, team)
+        else:
+            await phases.run_test(job, team)
+    finally:
+        await runtime.aclose()

@@ -1,0 +1,134 @@
+"""The interface between the protocol and an optimizer method.
+
+Contract:
+- A method is a factory in `lcb.optimize.methods.OPTIMIZERS` (key -> factory). The factory,
+  called with keyword settings only (none are required), returns an object with a `key` and
+  `async optimize(ctx) -> dict[str, str]`: the incumbent bundle, a NEW dict keeping exactly the
+  seed's roles. It never mutates `ctx.seed_bundle` (a read-only mapping anyway).
+- The method sees the data only through `ctx.data` (`OptimizerData`: train and validation
+  problems). Test rows are not loaded while it runs.
+- `ctx.rollout(...)` runs one problem through the whole team with a candidate bundle and grades
+  the submitted program on the hidden tests (fail-fast). Each call that returns a `Rollout` was
+  charged one unit of `ctx.ledger`; `None` means nothing was charged: the budget is spent, or
+  infrastructure failed on every try. A method must stop asking once `ctx.ledger.exhausted`
+  (or once it gets `None` with `ctx.ledger.available == 0`).
+- `ctx.reflect(prompt, purpose=...)` asks the reflection model; never charged, always recorded.
+- `ctx.record_candidate(...)` appends one candidate to the job's `history.jsonl` (the checkpoint
+  a reader or a resumed job sees). The protocol writes the final entry itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from lcb.grading import Grade
+from lcb.optimize.budget import BudgetLedger
+from lcb.optimize.splits import OptimizerData
+from lcb.problems import Problem
+from lcb.teams import TeamResult
+
+Bundle = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One problem through the whole team with one bundle, graded (fail-fast, hidden tests).
+
+    `score` is 1.0 when the submitted program passed every hidden test, else 0.0. `feedback` is
+    the grader's text about the first failing test ("" when passed), or why there was no program.
+    `team` carries the source-tagged transcript, `usage_by_role` and the per-role outputs in
+    `fields`. `seed` is the run seed handed to the team (`lcb.optimize.seeds`). `grade` is the
+    grader's `Grade` (`.to_record()` for JSON), None when there was no program to grade.
+    """
+
+    problem_id: str
+    score: float
+    feedback: str
+    team: TeamResult
+    seed: int
+    iteration: int = 0
+    bundle_hash: str = ""
+    active: frozenset[str] | None = None
+    grade: Grade | None = field(default=None, compare=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= 1.0
+
+
+@runtime_checkable
+class OptimizeContext(Protocol):
+    """What a method gets: the cell, the seed bundle, the data, the budget and the model calls.
+
+    Attributes:
+        topology: the team (`single`, `independent`, `sequential`, `centralized`,
+            `decentralized`).
+        team_size: the team's size, resolved (1 for `single`).
+        communication: the inter-agent message format (`freeform`, ...).
+        seed_bundle: role -> seed prompt text (read-only).
+        roles: the team's prompt slots, in team order (the keys of `seed_bundle`).
+        agents: the team's agent ids in layout order (what `active` masks name); for `single`,
+            `("solver",)`.
+        data: train and validation problems only.
+        ledger: the job's budget ledger (read `available`, `charged`, `exhausted`).
+        optimizer_seed: the job's seed (0, 1, 2, ...); seed any RNG of the method from it.
+    """
+
+    topology: str
+    team_size: int
+    communication: str
+    seed_bundle: Mapping[str, str]
+    roles: tuple[str, ...]
+    agents: tuple[str, ...]
+    data: OptimizerData
+    ledger: BudgetLedger
+    optimizer_seed: int
+
+    async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
+                      active: frozenset[str] | None = None) -> Rollout | None:
+        """One charged rollout (see the module docstring). `active` masks the team: only those
+        agent ids run (None: all). Request seeds come from (optimizer seed, iteration, row)."""
+        ...
+
+    async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,
+                       iteration: int) -> list[Rollout | None]:
+        """`rollout` for each problem, concurrently (bounded); results in the order given."""
+        ...
+
+    async def reflect(self, prompt: str, *, purpose: str) -> str:
+        """The reflection model's answer (think-stripped) to one user message `prompt`.
+
+        Uncharged; its calls and tokens are recorded under `purpose` in the ledger and history.
+        Raises `ReflectionError` when the reflection endpoint fails after retries.
+        """
+        ...
+
+    def record_candidate(self, bundle: Mapping[str, str], *, scores: Mapping[str, float],
+                         note: str = "", iteration: int | None = None,
+                         parent: str | None = None) -> None:
+        """Append `bundle` with its `scores` (e.g. {"train": 0.4, "val_minibatch": 0.6}) to the
+        history, with the rollouts charged so far and the reflection usage so far."""
+        ...
+
+    def validate(self, bundle: Mapping[str, object]) -> Bundle:
+        """A trimmed copy of `bundle`; raises `lcb.optimize.bundle.BundleError` when it drops or
+        adds a role, leaves a role empty, an unclosed fence, or an unfilled template slot."""
+        ...
+
+
+class ReflectionError(RuntimeError):
+    """The reflection model could not answer (after retries). The message names the endpoint."""
+
+
+class Optimizer(Protocol):
+    """A prompt optimizer: `optimize` returns a new bundle (the incumbent)."""
+
+    key: str
+
+    async def optimize(self, ctx: OptimizeContext) -> Bundle:
+        ...
+
+
+OptimizerFactory = Callable[..., Optimizer]

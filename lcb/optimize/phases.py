@@ -1,0 +1,194 @@
+"""The three phases of an optimizer job, each a function of the job and a team runner.
+
+`lcb.optimize.job` decides which phases run and with which runtime (sampled for optimize,
+greedy for the evaluations); the phase functions here state their own contracts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lcb.grading import GradingPool
+from lcb.models import ModelConfig
+from lcb.optimize.artifacts import (
+    Artifact,
+    HistoryEntry,
+    JobResult,
+    JobSpec,
+    ScoreSummary,
+    SelectionDecision,
+    TestReport,
+    append_history,
+    paired_outcomes,
+    read_history,
+    read_model,
+    read_selection,
+    seal_selection,
+    write_model,
+)
+from lcb.optimize.budget import BudgetLedger
+from lcb.optimize.bundle import BundleError, bundle_hash, check_bundle
+from lcb.optimize.evaluation import Evaluation, evaluate, score
+from lcb.optimize.method import Optimizer
+from lcb.optimize.rollout import ROLLOUT_LOG, JobContext, Reflector
+from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
+from lcb.optimize.teamrun import TeamCell, TeamRunner
+from lcb.problems import Problem
+from lcb.rundir import now_iso, write_json
+from lcb.teams import TeamRuntime
+
+log = logging.getLogger("lcb.optimize")
+LEDGER_FILE = "ledger.json"
+
+
+class JobError(RuntimeError):
+    """A phase that cannot run as asked (a missing earlier phase, a method's bad result)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """The fixed facts of one job that every phase reads."""
+
+    out: Path
+    cell: TeamCell
+    seed_bundle: Mapping[str, str]
+    splits: Splits
+    optimizer_seed: int
+    data: str | None
+    release: str
+
+    def evaluation(self, phase: str, label: str, bundle: Mapping[str, str]) -> Evaluation:
+        return Evaluation(self.out, phase, label, dict(bundle), self.optimizer_seed)
+
+
+def runner(job: Job, runtime: TeamRuntime, pool: GradingPool, *, concurrency: int,
+           run_timeout_s: float) -> TeamRunner:
+    return TeamRunner(job.cell, runtime, pool, concurrency=concurrency,
+                      run_timeout_s=run_timeout_s)
+
+
+def _fresh_start(out: Path) -> None:
+    """Move a rollout log left by a discarded optimization aside (the history is moved by
+    `open_job_dir` when restarting)."""
+    old = out / ROLLOUT_LOG
+    if old.exists():
+        old.rename(old.with_name(f"rollouts.discarded.{now_iso().replace(':', '')}.jsonl"))
+
+
+async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budget: int,
+                   reflection: ModelConfig) -> dict[str, str]:
+    """Run the method within `budget` charged rollouts; return (and record) its incumbent.
+
+    Only train and validation rows are loaded. The history gets the seed bundle first and the
+    validated incumbent last (kind "final"); a method's result that drops or adds a role, or is
+    otherwise invalid, raises `JobError` and leaves the optimization interrupted.
+    """
+    _fresh_start(job.out)
+    data = load_optimizer_data(job.splits, data=job.data, release=job.release)
+    ledger = BudgetLedger(budget)
+    reflector = Reflector(reflection, ledger=ledger, optimizer_seed=job.optimizer_seed)
+    ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, ledger=ledger,
+                     optimizer_seed=job.optimizer_seed, runner=team, reflector=reflector,
+                     job_dir=job.out)
+    ctx.record_candidate(job.seed_bundle, scores={}, note="seed bundle", iteration=0)
+    try:
+        incumbent = await optimizer.optimize(ctx)
+    finally:
+        await reflector.aclose()
+    problems = check_bundle(incumbent, seed=job.seed_bundle)
+    if problems:
+        raise JobError(f"method {optimizer.key!r} returned an invalid bundle: "
+                       f"{BundleError(problems)}")
+    incumbent = {role: incumbent[role] for role in job.seed_bundle}
+    if ledger.charged > budget:  # the ledger makes this impossible; a bug must not pass quietly
+        raise JobError(f"budget overshoot: {ledger.charged} rollouts charged of {budget}")
+    write_json(job.out / LEDGER_FILE, ledger.state())
+    append_history(job.out, HistoryEntry(kind="final", iteration=ctx.last_iteration,
+                                         bundle=incumbent, charged=ledger.charged,
+                                         uncharged=ledger.state()["uncharged"],
+                                         note=f"incumbent of {optimizer.key}"))
+    log.info("optimize: %d of %d rollouts charged; incumbent %s", ledger.charged, budget,
+             bundle_hash(incumbent))
+    return incumbent
+
+
+async def run_validate(job: Job, team: TeamRunner) -> SelectionDecision:
+    """Seed vs incumbent on the whole validation split (greedy, paired seeds); seal the choice."""
+    history = read_history(job.out)
+    if not history or history[-1].kind != "final":
+        raise JobError(f"{job.out} has no finished optimization: run the optimize phase first")
+    incumbent = history[-1].bundle
+    problems = list(load_optimizer_data(job.splits, data=job.data,
+                                        release=job.release).validation)
+    seed_records = await evaluate(team, problems, job.evaluation("validate", "seed",
+                                                                 job.seed_bundle))
+    same = bundle_hash(incumbent) == bundle_hash(job.seed_bundle)
+    inc_records = seed_records if same else await evaluate(
+        team, problems, job.evaluation("validate", "incumbent", incumbent))
+    (seed_passed, n), (inc_passed, _) = score(seed_records), score(inc_records)
+    decision = SelectionDecision.decide(seed=job.seed_bundle, incumbent=incumbent,
+                                        seed_score=seed_passed / max(n, 1),
+                                        incumbent_score=inc_passed / max(n, 1), n_items=n)
+    seal_selection(job.out, decision)
+    log.info("validate: seed %d/%d, incumbent %d/%d: deploy %s", seed_passed, n, inc_passed, n,
+             decision.deployed)
+    return decision
+
+
+async def run_test(job: Job, team: TeamRunner) -> JobResult:
+    """Seed and deployed bundles on the test split (greedy, paired seeds); write the results."""
+    selection = read_selection(job.out)
+    problems: list[Problem] = load_test_problems(job.splits, job_dir=job.out, data=job.data,
+                                                 release=job.release)
+    seed_records = await evaluate(team, problems, job.evaluation("test", "seed", job.seed_bundle))
+    deployed_records = seed_records if selection.deployed == "seed" else await evaluate(
+        team, problems, job.evaluation("test", "deployed", selection.deployed_bundle))
+    ids = [problem.id for problem in problems]
+    items = paired_outcomes(seed_records, deployed_records, ids)
+    report = TestReport(seed=_scores(job.seed_bundle, seed_records),
+                        deployed=_scores(selection.deployed_bundle, deployed_records),
+                        deployed_label=selection.deployed,
+                        usage={"seed": _usage(seed_records), "deployed": _usage(deployed_records)})
+    write_model(job.out / Artifact.TEST, report)
+    result = JobResult.from_items(items, deployed_label=selection.deployed)
+    write_model(job.out / Artifact.RESULT, result)
+    log.info("test: baseline %.3f, deployed %.3f, delta %+.1f points", result.baseline,
+             result.deployed, result.delta_points)
+    return result
+
+
+def _scores(bundle: Mapping[str, str], records: Mapping[str, Mapping[str, Any]]) -> ScoreSummary:
+    passed, n = score(records)
+    return ScoreSummary(bundle_hash=bundle_hash(bundle), n=n, passed=passed)
+
+
+def _usage(records: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    keys = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls")
+    return {key: sum(int(r.get(key) or 0) for r in records.values()) for key in keys}
+
+
+def summary(out: Path, spec: JobSpec, *, ran: list[str]) -> dict[str, Any]:
+    """The job's one-line JSON summary, from the artifacts on disk."""
+    history = read_history(out)
+    finished = bool(history) and history[-1].kind == "final"
+    line: dict[str, Any] = {
+        "out": str(out), "method": spec.method, "dataset": spec.dataset,
+        "topology": spec.topology, "team_size": spec.team_size,
+        "communication": spec.communication, "model": spec.model, "seed": spec.seed,
+        "budget": spec.budget, "charged": history[-1].charged if history else 0,
+        "conformant": spec.conformant, "deviations": spec.deviations, "phases_run": ran,
+        "optimized": finished, "selection": None, "result": None}
+    if (out / Artifact.SELECTION).exists():
+        sel = read_selection(out)
+        line["selection"] = {"deployed": sel.deployed, "seed_score": sel.seed_score,
+                             "incumbent_score": sel.incumbent_score, "n": sel.n_items}
+    if (out / Artifact.RESULT).exists():
+        res = read_model(out / Artifact.RESULT, JobResult)
+        line["result"] = {"baseline": res.baseline, "deployed": res.deployed,
+                          "delta_points": res.delta_points, "n": len(res.items)}
+    line["status"] = "complete" if line["result"] else "partial"
+    return line

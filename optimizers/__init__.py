@@ -1,0 +1,1 @@
+"""The seed's optimizer module path, kept as a thin entry point."""

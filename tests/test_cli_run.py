@@ -1,0 +1,135 @@
+"""`lcb run` and the seed entry points: messages, exit codes, Ctrl-C and resuming."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from lcb.cli import app
+from lcb.cli.run_cmd import _Entry, _entry_app
+from lcb.records import read_records
+from lcb.teams import TEAMS
+from tests.helpers_runner import (
+    MODEL,
+    REPO,
+    RIGHT,
+    entry_argv,
+    kill_group,
+    problem_ids,
+    script,
+    solvable_batch,
+    start_batch,
+    subprocess_env,
+    wait_for_records,
+    write_problems,
+)
+from tests.scripted_server import failures, scripted_fixture  # noqa: F401
+
+
+def invoke(*args: str, base_url: str = "http://127.0.0.1:9/v1", target=app, **kw):
+    env = {"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL}
+    return CliRunner().invoke(target, list(args), env=env, **kw)
+
+
+def test_cli_batch_prints_the_summary_table(scripted, tmp_path):
+    ids = problem_ids(3)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({ids[0]: [RIGHT], ids[1]: [RIGHT], ids[2]: ["no code"]}))
+    out = tmp_path / "out"
+    result = invoke("run", "--data", str(data), "--out-dir", str(out), base_url=server.base_url)
+    assert result.exit_code == 0, result.output
+    for text in ("pass@1", "with extracted code", "difficulty: easy", "platform: atcoder",
+                 "prompt tokens", "wall time"):
+        assert text in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["n"], summary["solved"], summary["n_extracted"]) == (3, 2, 2)
+    assert summary["by_difficulty"]["hard"]["n"] == 1
+
+
+def test_cli_refuses_to_overwrite_with_a_clear_message(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text('{"id": "a", "em": 0}\n')
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    result = invoke("run", "--data", str(data), "--out-dir", str(out))
+    assert result.exit_code == 2
+    assert "pass --resume" in result.output.lower() and "--out-dir" in result.output
+
+
+def test_cli_endpoint_down_is_one_message_and_writes_nothing(tmp_path):
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    result = invoke("run", "--data", str(data), "--out-dir", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert "http://127.0.0.1:9/v1" in result.output and "VLLM_BASE_URL" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_stops_after_consecutive_errors_and_says_how_to_rerun_them(scripted, tmp_path):
+    ids = problem_ids(4)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({qid: failures(50, status=400) for qid in ids}))  # no retries
+    result = invoke("run", "--data", str(data), "--out-dir", str(tmp_path / "out"),
+                    "--concurrency", "1", "--max-consecutive-errors", "2",
+                    base_url=server.base_url)
+    assert result.exit_code == 1
+    assert "2 problems in a row ended in an error" in result.output
+    assert f"--out-dir {tmp_path / 'out'} --resume --retry-errors" in result.output
+
+
+def test_a_topology_without_a_team_says_so(monkeypatch):
+    monkeypatch.delitem(TEAMS, "sequential", raising=False)
+    result = invoke("run", "--topology", "sequential")
+    assert result.exit_code == 2 and "not available yet" in result.output
+    entry = _Entry(topology="sequential", prog="python -m x")
+    result = invoke("--batch", "--limit", "1", target=_entry_app, obj=entry)
+    assert result.exit_code == 2 and "not available yet" in result.output
+
+
+@pytest.mark.parametrize("topology", ["independent", "sequential", "centralized",
+                                      "decentralized"])
+def test_every_seed_entry_module_parses_the_batch_flags(topology):
+    proc = subprocess.run(entry_argv("--help", topology=topology), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--batch" in proc.stdout and "--out-dir" in proc.stdout
+
+
+def test_entry_point_refuses_batch_flags_without_batch():
+    result = invoke("--limit", "3", target=_entry_app,
+                    obj=_Entry(topology="single", prog="python -m x"))
+    assert result.exit_code == 2 and "add --batch" in result.output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_keeps_finished_records_and_prints_the_resume_command(scripted, tmp_path,
+                                                                        signum):
+    ids, data, server, out = solvable_batch(scripted, tmp_path, 8, latency_s=0.4)
+    proc = start_batch(server.base_url, data, out)
+    try:
+        wait_for_records(out / "predictions.jsonl", 2, proc)
+        # Ctrl-C reaches the whole foreground group; a scheduler's SIGTERM the main process.
+        os.killpg(proc.pid, signum) if signum == signal.SIGINT else proc.send_signal(signum)
+        stderr = proc.communicate(timeout=60)[1]
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr and "Resume with:" in stderr
+    command = stderr.strip().splitlines()[-1].strip()
+    assert command.startswith("python -m topologies.single.lcb.langgraph_lcb --batch")
+    assert f"--out-dir {out}" in command and command.endswith("--resume")
+    kept = read_records(out / "predictions.jsonl")
+    assert 2 <= len(kept) < len(ids)
+
+    argv = shlex.split(command)
+    resumed = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, capture_output=True,
+                             text=True, env=subprocess_env(server.base_url), timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    records = read_records(out / "predictions.jsonl")
+    assert sorted(r["id"] for r in records) == ids
+    assert records[: len(kept)] == kept

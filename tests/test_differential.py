@@ -1,0 +1,93 @@
+"""Differential suite: every probe graded by the default and the official grader.
+
+Both graders see the same tests (public then private), so a first-failing index names the same
+test in both. For each probe the default grader must give the probe's expected outcome, and the
+official grader the same one, except for documented divergence classes (docs/grading.md), where
+it must give the documented official outcome. All grading runs inside a pids cgroup guard, and no
+process may survive it. Time-limit probes cost 6 s each; only those tagged "ci" run unless
+LCB_SLOW_PROBES=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from tests.cgroup_guard import pids_guard
+from tests.probes.problems import PROBLEMS
+from tests.probes.programs import ALL_PROBES, Probe
+
+RUN_SLOW = os.environ.get("LCB_SLOW_PROBES") == "1"
+SELECTED = [p for p in ALL_PROBES if not p.slow or RUN_SLOW or "ci" in p.tags]
+GRADERS = ("default", "official")
+
+
+def _first_failure(grade) -> int | None:
+    """None when every test passed, else the index of the first test that did not pass."""
+    if grade.em == 1:
+        return None
+    failed = [o.index for o in grade.outcomes if o.verdict.value != "passed"]
+    return failed[0] if failed else len(grade.outcomes)
+
+
+def _grade_everything(probes: list[Probe]) -> dict[tuple[str, str], tuple]:
+    """Runs in a guarded child: grade every probe with both graders on one pool."""
+    from lcb.grading import GradingPool
+    from lcb.grading.official import official_tests
+
+    async def one(pool, probe: Probe, grader: str):
+        problem = PROBLEMS[probe.problem_id]
+        grade = await pool.grade(problem, probe.code, grader=grader,
+                                 tests=official_tests(problem))
+        verdicts = tuple(o.verdict.value for o in grade.outcomes)
+        return (probe.name, grader), (_first_failure(grade), grade.em, verdicts, grade.total)
+
+    async def main():
+        async with GradingPool() as pool:
+            pairs = await asyncio.gather(*(one(pool, p, g) for p in probes for g in GRADERS))
+        return dict(pairs)
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[tuple[str, str], tuple]:
+    with pids_guard(max_pids=400) as guard:
+        graded = guard.call(_grade_everything, SELECTED, timeout_s=600)
+        assert guard.survivors(settle_s=5.0) == [], "a graded program's process survived"
+    return graded
+
+
+def test_suite_is_large_enough():
+    stdin = [p for p in ALL_PROBES if PROBLEMS[p.problem_id].mode.value == "stdin"]
+    assert len(ALL_PROBES) >= 60 and len(stdin) >= 30 and len(ALL_PROBES) - len(stdin) >= 20
+    assert sum(p.slow for p in SELECTED) <= 2 or RUN_SLOW
+    assert len({p.name for p in ALL_PROBES}) == len(ALL_PROBES)
+
+
+@pytest.mark.parametrize("probe", SELECTED, ids=lambda p: p.name)
+def test_default_grader_gives_expected_outcome(results, probe: Probe):
+    first_fail, em, verdicts, total = results[(probe.name, "default")]
+    assert first_fail == probe.fail_at, f"default verdicts {verdicts}"
+    assert em == int(probe.fail_at is None)
+
+
+@pytest.mark.parametrize("probe", SELECTED, ids=lambda p: p.name)
+def test_official_grader_agrees_or_diverges_as_documented(results, probe: Probe):
+    first_fail, em, verdicts, total = results[(probe.name, "official")]
+    expected = probe.fail_at if probe.official is None else probe.official.official_fail_at
+    assert first_fail == expected, f"official verdicts {verdicts}"
+    assert em == int(expected is None)
+    problem = PROBLEMS[probe.problem_id]
+    assert total == len(problem.public_tests) + len(problem.private_tests)
+
+
+def test_divergent_probes_really_differ(results):
+    divergent = [p for p in SELECTED if p.official is not None]
+    assert len({p.official.kind for p in divergent}) >= 7
+    for probe in divergent:
+        default = results[(probe.name, "default")][0]
+        official = results[(probe.name, "official")][0]
+        assert default != official, probe.name

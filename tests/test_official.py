@@ -1,0 +1,157 @@
+"""The `official` grading mode: result mapping, test order, watchdog and containment."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from lcb.grading.official import (
+    ChildRun,
+    OfficialGraderMissing,
+    Segment,
+    grade_official,
+    official_tests,
+    require_official,
+    to_grade,
+)
+from lcb.grading.verdicts import Verdict
+from lcb.problems import Mode
+from lcb.problems import Test as Case
+from tests.cgroup_guard import pids_guard
+from tests.probes.problems import MINMAX, SUM
+
+SUM_OK = "input()\nprint(sum(map(int, input().split())))\n"
+TESTS4 = tuple(Case(input=f"{i}", output=f"{i}", mode=Mode.STDIN) for i in range(4))
+
+
+def _run(segments, *, killed: bool = False) -> ChildRun:
+    return ChildRun(segments=segments, killed=killed, wall_s=0.5, cpu_s=0.25)
+
+
+def _verdicts(grade) -> list[str]:
+    return [o.verdict.value for o in grade.outcomes]
+
+
+def test_all_passed_maps_to_em_1():
+    grade = to_grade(_run([Segment(0, (1, 1, 1, 1), {})]), TESTS4, SUM_OK)
+    assert (grade.passed, grade.total, grade.em, grade.grader) == (4, 4, 1, "official")
+    assert grade.feedback is None and (grade.wall_s, grade.cpu_s) == (0.5, 0.25)
+
+
+def test_wrong_answer_prefix_keeps_index_and_output():
+    meta = {"output": "41", "error_code": -2, "error_message": "Wrong answer at line 0"}
+    grade = to_grade(_run([Segment(0, (1, 1, -2), meta)]), TESTS4, SUM_OK)
+    assert _verdicts(grade) == ["passed", "passed", "wrong_answer"]
+    assert (grade.passed, grade.total, grade.em) == (2, 4, 0)
+    assert grade.feedback.test_index == 2 and grade.feedback.actual == "41"
+    assert grade.feedback.input == "2" and "Wrong answer" in grade.feedback.error
+
+
+@pytest.mark.parametrize(("code", "meta", "program", "verdict"), [
+    (-3, {"error": "TimeoutException()"}, SUM_OK, Verdict.TIME_LIMIT),
+    (-4, {"error": "MemoryError()"}, SUM_OK, Verdict.MEMORY_LIMIT),
+    (-4, {"error": "ZeroDivisionError('x')"}, SUM_OK, Verdict.RUNTIME_ERROR),
+    (-4, {"error_message": "Error during testing: invalid syntax"}, "def f(:\n",
+     Verdict.COMPILE_ERROR),
+    (-4, {"error_message": "Error during testing: no attribute"}, SUM_OK, Verdict.RUNTIME_ERROR),
+    (-2, {}, SUM_OK, Verdict.WRONG_ANSWER),
+    (-1, {}, SUM_OK, Verdict.RUNTIME_ERROR),
+])
+def test_error_codes_map_to_verdicts(code, meta, program, verdict):
+    grade = to_grade(_run([Segment(0, (code,), meta)]), TESTS4, program)
+    assert grade.outcomes[0].verdict is verdict and grade.feedback.verdict is verdict
+
+
+@pytest.mark.parametrize(("killed", "verdict"), [(True, Verdict.TIME_LIMIT),
+                                                  (False, Verdict.RUNTIME_ERROR)])
+def test_no_result_is_a_whole_program_failure_at_test_0(killed, verdict):
+    grade = to_grade(_run(None, killed=killed), TESTS4, SUM_OK)
+    assert _verdicts(grade) == [verdict.value] and grade.em == 0 and grade.total == 4
+    assert grade.feedback.test_index == 0 and grade.feedback.error
+
+
+def test_all_tests_segments_cover_every_test():
+    segments = [Segment(0, (1, -2), {"output": "x"}), Segment(2, (-4,), {"error": "E"}),
+                Segment(3, (1,), {})]
+    grade = to_grade(_run(segments), TESTS4, SUM_OK)
+    assert [o.index for o in grade.outcomes] == [0, 1, 2, 3]
+    assert _verdicts(grade) == ["passed", "wrong_answer", "runtime_error", "passed"]
+    assert grade.passed == 2 and grade.feedback.test_index == 1
+    json.dumps(grade.to_record())
+
+
+def test_official_order_is_public_then_private():
+    assert official_tests(SUM) == SUM.public_tests + SUM.private_tests
+    only_public_wrong = "n = int(input())\nprint(0 if n == 3 else sum(map(int, input().split())))"
+    grade = grade_official(SUM, only_public_wrong)
+    assert _verdicts(grade) == ["wrong_answer"] and grade.total == 5
+
+
+def test_real_run_passes_and_fails_fast():
+    assert grade_official(SUM, SUM_OK).em == 1
+    late = "n = int(input())\nprint(sum(map(int, input().split())) + (n == 5))"
+    assert _verdicts(grade_official(SUM, late)) == ["passed"] * 3 + ["wrong_answer"]
+
+
+def test_all_tests_restarts_after_each_failure():
+    code = "class Solution:\n    def minMax(self, nums):\n        return [min(nums), len(nums)]\n"
+    grade = grade_official(MINMAX, code, all_tests=True)
+    assert _verdicts(grade) == ["passed", "wrong_answer", "wrong_answer", "wrong_answer"]
+    assert grade.passed == 1 and len(grade.outcomes) == grade.total == 4
+
+
+def test_bwrap_tier_is_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="--sandbox process"):
+        grade_official(SUM, SUM_OK, sandbox="bwrap")
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "livecodebench.evaluation", None)
+    with pytest.raises(OfficialGraderMissing, match="pip install --no-deps nvidia-livecodebench"):
+        require_official()
+    with pytest.raises(OfficialGraderMissing):
+        grade_official(SUM, SUM_OK)
+
+
+def test_program_ignoring_sigalrm_is_killed_by_the_watchdog():
+    code = ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "while True:\n    pass\n")
+    started = time.monotonic()
+    grade = grade_official(SUM, code, timeout_s=1)
+    assert _verdicts(grade) == ["time_limit"]
+    assert time.monotonic() - started < 5.0  # timeout + 1 s, far below the global 17 s
+
+
+def test_watchdog_counts_from_the_last_started_test():
+    code = ("import signal\nclass Solution:\n    calls = 0\n    def minMax(self, nums):\n"
+            "        Solution.calls += 1\n        if Solution.calls == 3:\n"
+            "            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\n"
+            "            while True:\n                pass\n"
+            "        return [min(nums), max(nums)]\n")
+    started = time.monotonic()
+    grade = grade_official(MINMAX, code, timeout_s=1)
+    assert grade.em == 0 and grade.outcomes[0].verdict is Verdict.TIME_LIMIT
+    assert time.monotonic() - started < 6.0  # global limit would be (1 + 1) * 4 + 5 = 13 s
+
+
+def test_exit_escaping_run_test_is_a_runtime_error():
+    code = "import os\nclass Solution:\n    def minMax(self, nums):\n        os._exit(3)\n"
+    grade = grade_official(MINMAX, code)
+    assert _verdicts(grade) == ["runtime_error"] and "without a result" in grade.feedback.error
+
+
+def _grade_with_escaping_grandchild() -> list[str]:
+    code = ("import os\nclass Solution:\n    def minMax(self, nums):\n"
+            "        os.posix_spawn('/bin/sleep', ['sleep', '60'], {}, setsid=True)\n"
+            "        return [min(nums), max(nums)]\n")
+    return [o.verdict.value for o in grade_official(MINMAX, code).outcomes]
+
+
+def test_no_process_of_the_program_survives():
+    with pids_guard(max_pids=64) as guard:
+        verdicts = guard.call(_grade_with_escaping_grandchild, timeout_s=60)
+        assert verdicts == ["passed"] * 4
+        assert guard.survivors(settle_s=3.0) == []

@@ -1,0 +1,1 @@
+"""Seed module path of the centralized topology."""

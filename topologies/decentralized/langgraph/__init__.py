@@ -1,0 +1,1 @@
+"""Seed module path of the decentralized topology."""
