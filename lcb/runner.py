@@ -47,7 +47,8 @@ from lcb.rundir import (
     write_json,
     write_transcript,
 )
-from lcb.teams import TEAMS, TeamResult, TeamRuntime, solve
+from lcb.teams import TEAMS, TeamOptions, TeamResult, TeamRuntime, solve
+from lcb.teams.multi import Team
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class RunConfig:
     revision: str | None = None
     strict: bool = False
     selection: Selection = field(default_factory=Selection)
+    team: TeamOptions | None = None  # size, communication format, active agents (multi-agent)
     concurrency: int = 8
     resume: bool = False
     seed: int = 0
@@ -78,12 +80,24 @@ class RunConfig:
         """JSON-able config for the manifest (the model's api key is redacted by the model)."""
         return {
             "topology": self.topology, "model": self.model.to_record(), "data": self.data,
+            "team": self.team.to_record() if self.team else None,
             "release": self.release, "revision": self.revision, "selection": asdict(self.selection),
             "concurrency": self.concurrency, "seed": self.seed, "grader": self.grader,
             "sandbox": self.sandbox, "problem_timeout_s": self.problem_timeout_s,
             "max_consecutive_errors": self.max_consecutive_errors,
             "predictions": str(self.paths.predictions),
         }
+
+
+def check_team(topology: str, team: TeamOptions | None) -> None:
+    """Configuration errors of the team (unknown topology, bad size or mask), raised early."""
+    if topology not in TEAMS:
+        raise ValueError(f"unknown topology {topology!r}; available: {', '.join(TEAMS)}")
+    if topology == "single":
+        if team is not None and team.team_size not in (None, 1):
+            raise ValueError(f"the single team has one agent; got --team-size {team.team_size}")
+        return
+    Team.resolve(topology, team)
 
 
 def check_grading(*, grader: str, sandbox: str) -> None:
@@ -154,7 +168,8 @@ class _Batch:
         timeout = self.config.problem_timeout_s
         try:
             return await asyncio.wait_for(
-                solve(self.config.topology, problem, self.runtime, seed=self.config.seed),
+                solve(self.config.topology, problem, self.runtime, seed=self.config.seed,
+                      options=self.config.team),
                 timeout=timeout)
         except TimeoutError:
             return _failed(f"problem timed out after {timeout:g}s")
@@ -265,8 +280,7 @@ def _cancel_on_sigterm():
 async def run_batch(config: RunConfig, *, stream: TextIO | None = None,
                     plain: bool | None = None) -> dict[str, Any]:
     """Run the batch `config` describes and return its summary (see module docstring)."""
-    if config.topology not in TEAMS:
-        raise ValueError(f"unknown topology {config.topology!r}; available: {', '.join(TEAMS)}")
+    check_team(config.topology, config.team)
     check_grading(grader=config.grader, sandbox=config.sandbox)
     if config.retry_errors and not config.resume:
         raise ValueError("--retry-errors reruns the failed problems of an earlier run: "

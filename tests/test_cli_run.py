@@ -133,3 +133,48 @@ def test_interrupt_keeps_finished_records_and_prints_the_resume_command(scripted
     records = read_records(out / "predictions.jsonl")
     assert sorted(r["id"] for r in records) == ids
     assert records[: len(kept)] == kept
+
+
+def test_cli_runs_a_multi_agent_team_with_size_and_format(scripted, tmp_path):
+    ids = problem_ids(2)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({qid: [RIGHT] for qid in ids}))
+    out = tmp_path / "out"
+    result = invoke("run", "--topology", "sequential", "--team-size", "2",
+                    "--communication", "semi_structured", "--data", str(data),
+                    "--out-dir", str(out), base_url=server.base_url)
+    assert result.exit_code == 0, result.output
+    records = read_records(out / "predictions.jsonl")
+    assert [r["em"] for r in records] == [1, 1]
+    assert {r["team_size"] for r in records} == {2}
+    assert {r["communication"] for r in records} == {"semi_structured"}
+    # coder -> debugger: two model calls per problem, and the manifest keeps the team options
+    assert [r["n_llm_calls"] for r in records] == [2, 2]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["team"]["team_size"] == 2
+
+
+def test_cli_masked_run_calls_only_the_active_agents(scripted, tmp_path):
+    ids = problem_ids(1)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({ids[0]: [RIGHT]}))
+    result = invoke("run", "--topology", "independent", "--active", "coder_1,coder_3",
+                    "--data", str(data), "--out", str(tmp_path / "p.jsonl"),
+                    base_url=server.base_url)
+    assert result.exit_code == 0, result.output
+    (record,) = read_records(tmp_path / "p.jsonl")
+    assert record["n_llm_calls"] == 2 and sorted(record["agents_ran"]) == ["coder_1", "coder_3"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--topology", "sequential", "--team-size", "3"), "3"),
+    (("--topology", "independent", "--active", "nobody"), "nobody"),
+    (("--topology", "single", "--team-size", "4"), "one agent"),
+    (("--communication", "yaml"), "yaml"),
+])
+def test_cli_bad_team_options_stop_before_any_work(tmp_path, args, message):
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    result = invoke("run", *args, "--data", str(data), "--out-dir", str(tmp_path / "out"))
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

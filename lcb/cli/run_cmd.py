@@ -30,7 +30,7 @@ ENTRY_MODULES = {
        for t in ("sequential", "centralized", "decentralized")},
 }
 Topology = StrEnum("Topology", {name: name for name in TOPOLOGIES})
-_RUN, _MODEL = "Run", "Model endpoint"
+_RUN, _MODEL, _TEAM = "Run", "Model endpoint", "Team"
 
 
 def _opt(*names: str, panel: str = _RUN, **kw: Any) -> Any:
@@ -46,9 +46,22 @@ VllmExtrasOpt = Annotated[bool, _opt(
 MaxRequestsOpt = Annotated[int, _opt(
     "--max-requests", min=1, panel=_MODEL, help="Model requests in flight at most.")]
 SeedOpt = Annotated[int, _opt("--seed", help="Sampling seed (recorded in every record).")]
+TeamSizeOpt = Annotated[int | None, _opt(
+    "--team-size", min=1, panel=_TEAM,
+    help="Agents in a multi-agent team: 2, 4, 8 or 10 for sequential and centralized, any "
+         "number of replicas/peers for independent and decentralized (default 4; "
+         "$INDEPENDENT_N_AGENTS / $DECENTRALIZED_N_AGENTS).")]
+CommunicationOpt = Annotated[str, _opt(
+    "--communication", panel=_TEAM,
+    help="Message format the agents are asked to use: freeform, semi_structured or "
+         "structured_soft (records carry the measured compliance).")]
+ActiveOpt = Annotated[list[str] | None, _opt(
+    "--active", panel=_TEAM, metavar="AGENT",
+    help="Run only these agents of the team (a masked run; repeat or comma-separate ids, "
+         "e.g. coder_0,coder_1).")]
 BATCH_ONLY = ("out", "out_dir", "concurrency", "resume", "retry_errors", "max_errors",
               "problem_timeout", "limit", "offset", "only", "difficulty", "platform",
-              "start_date", "end_date")
+              "start_date", "end_date", "team_size", "communication", "active")
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,17 @@ def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
               (f"  summary: {paths.summary}" if paths.summary else ""))
 
 
+def _team_options(team_size: int | None, communication: str, active: list[str] | None) -> Any:
+    from lcb.teams import TeamOptions
+
+    mask = None if active is None else frozenset(
+        agent.strip() for item in active for agent in item.split(",") if agent.strip())
+    try:
+        return TeamOptions(team_size=team_size, communication=communication, active=mask)
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def _paths(out: Path | None, out_dir: Path | None, topology: str) -> Any:
     from lcb.rundir import OutputError, RunPaths
 
@@ -191,6 +215,9 @@ def run(
     seed: SeedOpt = 0,
     max_requests: MaxRequestsOpt = 16,
     vllm_extras: VllmExtrasOpt = True,
+    team_size: TeamSizeOpt = None,
+    communication: CommunicationOpt = "freeform",
+    active: ActiveOpt = None,
     data_options: DataOptions,
 ) -> None:
     """Run a team on a batch of problems: records, summary, manifest and transcripts."""
@@ -218,7 +245,8 @@ def run(
         model=_model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras),
         data=data_options.data, release=data_options.release, revision=data_options.revision,
         selection=data_options.selection, strict=data_options.strict,
-        concurrency=concurrency, resume=resume, retry_errors=retry_errors,
+        team=_team_options(team_size, communication, active), concurrency=concurrency,
+        resume=resume, retry_errors=retry_errors,
         max_consecutive_errors=max_errors, problem_timeout_s=problem_timeout, seed=seed,
         grader=grader, sandbox=sandbox, command=tuple(shlex.split(command_line(ctx, prog))),
     )

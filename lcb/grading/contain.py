@@ -9,7 +9,10 @@ Stdlib only (workers import it before forking). See `lcb.sandbox` for the threat
   where cgroups are unavailable (not root, cgroup v2, read-only /sys in bubblewrap).
 - `become_subreaper()` + `kill_descendants()`: the fallback that works everywhere: orphans of a
   program reparent to us, so walking our children finds every live descendant.
-- `enter_child(...)`: what a program process does to itself right after fork.
+- `prepare_sandbox(workdir)` (cwd, scrubbed environment, default signals) and
+  `apply_shared_limits` / `apply_own_limits` (= `apply_limits`): set once in a supervisor or per
+  program process; `enter_child(...)`: what a program process does to itself right after fork.
+- `kill_until_gone(alive)`: the SIGKILL-and-reap loop behind both sweeps.
 """
 
 from __future__ import annotations
