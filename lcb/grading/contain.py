@@ -115,15 +115,15 @@ def descendants_of(pid: int) -> list[int]:
     return found
 
 
-def reap_all() -> None:
-    """Collect every exited child of this process without blocking."""
+def reap_all() -> bool:
+    """Collect every exited child of this process without blocking; True if children remain."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
 
 
 def kill_until_gone(alive: Callable[[], list[int]], *, settle_s: float) -> bool:
@@ -149,6 +149,10 @@ def kill_until_gone(alive: Callable[[], list[int]], *, settle_s: float) -> bool:
 
 def kill_descendants(*, settle_s: float = 5.0) -> bool:
     """SIGKILL and reap every descendant of this process; True if none is left."""
+    if not reap_all():
+        # No child left means no descendant left: as a subreaper we adopt every orphan below
+        # us. This spares the /proc walk after each test of a well-behaved program.
+        return True
     me = os.getpid()
     return kill_until_gone(lambda: descendants_of(me), settle_s=settle_s)
 
