@@ -12,24 +12,45 @@
   requests (ours or DSPy's) get a proposal holding `fix`; team requests go to a
   `tests.helpers_optimize.TeamModel` (system prompts reduced to whether they hold `FIX`:
   rendered demos quote other problems, which would confuse its problem lookup), which solves
-  its `wrong` problems only when the request holds `FIX`.
+  its `wrong` problems only when the request holds `FIX`. It keeps every team request as sent.
+- `run_method_job` runs one such job (optimize -> validate -> test) and `check_three_phases`
+  checks what every job must hold: the budget, the sealing of the selection before the test
+  rows, and artifacts that agree with each other and with the records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
+from lcb.optimize.artifacts import (
+    JobResult,
+    TestReport,
+    read_evaluations,
+    read_history,
+    read_model,
+    read_selection,
+)
 from lcb.optimize.budget import BudgetExhausted, BudgetLedger, InfraFailure
-from lcb.optimize.bundle import validate_bundle
+from lcb.optimize.bundle import bundle_hash, validate_bundle
+from lcb.optimize.job import run_job
 from lcb.optimize.method import Rollout
 from lcb.optimize.methods.reflection import BEGIN_MARK, END_MARK
+from lcb.optimize.rollout import ROLLOUT_LOG
+from lcb.optimize.splits import Splits
+from lcb.optimize.teamrun import TeamCell
 from lcb.problems import Mode, Problem
+from lcb.prompts import seed_bundle
 from lcb.teams import TeamResult
+from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
+from tests.scripted_server import message_text
 
 KEYWORD = "ALWAYS-CHECK-EDGE-CASES"
 _ROLE_IN_PROMPT = re.compile(r"belongs to the role '([a-z_]+)'")
@@ -217,10 +238,9 @@ class ReflectingModel:
 
     team: Callable[[dict], object]
     reflections: list[str] = field(default_factory=list)
+    team_requests: list[dict] = field(default_factory=list)  # as received, in arrival order
 
     def __call__(self, request: dict) -> object:
-        from tests.scripted_server import message_text
-
         text = message_text(request)
         if BEGIN_MARK in text:  # our reflection prompt: keep the current text, add the fix
             self.reflections.append("gepa")
@@ -230,6 +250,7 @@ class ReflectingModel:
         if "Your output fields are:" in text:  # DSPy's proposal prompts
             self.reflections.append("dspy")
             return dspy_script(lambda basic: f"{basic} {FIX}")(text, "")
+        self.team_requests.append(request)
         return self.team(_without_demos(request))
 
 
@@ -242,3 +263,120 @@ def _without_demos(request: dict) -> dict:
             message = {**message, "content": FIX if FIX in str(message.get("content")) else ""}
         messages.append(message)
     return {**request, "messages": messages}
+
+
+REFLECTION_ENV = ("REFLECTION_MODEL_BASE_URL", "REFLECTION_MODEL_ID", "REFLECTION_MODEL_API_KEY")
+
+
+@dataclass
+class MethodJob:
+    """A finished end-to-end job (`run_method_job`) and what the scripted server saw."""
+
+    out: Path
+    budget: int
+    splits: Splits
+    team: TeamModel
+    model: ReflectingModel
+    summary: dict[str, Any]
+
+
+def run_method_job(scripted: Callable[..., Any], tmp_path: Path, monkeypatch: Any, *,
+                   method: str, budget: int, wrong: Iterable[str], **config: Any) -> MethodJob:
+    """Run a `method` job on the sample splits through the scripted server (a
+    `ReflectingModel` over a `TeamModel` that gets the `wrong` ids wrong unless the answering
+    prompt holds `FIX`), with the reflection model taken from the task model; then
+    `check_three_phases`. `config` goes to `job_config` (topology, team_size, ...)."""
+    for name in REFLECTION_ENV:
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "job"
+    team = TeamModel(sample_problems(), wrong=frozenset(wrong), fixed_by=FIX, job_dir=out)
+    model = ReflectingModel(team)
+    server = scripted(model)
+    summary = asyncio.run(run_job(job_config(server.base_url, out, method=method,
+                                             budget=budget, **config)))
+    assert not server.script_errors, server.script_errors[0]
+    job = MethodJob(out=out, budget=budget, splits=sample_splits(), team=team, model=model,
+                    summary=summary)
+    check_three_phases(job)
+    return job
+
+
+def check_three_phases(job: MethodJob) -> None:
+    """What every finished job must hold, whatever the method found:
+    - budget: `rollouts.jsonl` has one line per charged rollout, as many as `ledger.json`, the
+      history and the summary say were charged, never more than the budget; every team run of
+      the optimize phase (sampled, so temperature != 0) is one of them;
+    - rollouts only on train/validation rows; test rows reach the model only once
+      `selection.json` exists, and no other row is sent after it;
+    - `selection.json` follows the validation records and the rule (strictly better);
+    - `result.json`, `test.json` and the summary agree with the test records."""
+    out, budget, splits, summary = job.out, job.budget, job.splits, job.summary
+    assert summary["status"] == "complete", summary
+    assert summary["phases_run"] == ["optimize", "validate", "test"]
+    cell = TeamCell(summary["topology"], summary["team_size"])
+    seed = seed_bundle(cell.topology, cell.roles)
+
+    # optimize: the budget, line by line
+    ledger = json.loads((out / "ledger.json").read_text())
+    logged = [json.loads(line) for line in (out / ROLLOUT_LOG).read_text().splitlines()]
+    assert ledger["total"] == budget
+    assert len(logged) == ledger["charged"] == summary["charged"] <= budget
+    assert all(0 < line["charged"] <= budget for line in logged)
+    assert (ledger["infra_failures"], ledger["abandoned"]) == (0, 0)
+    history = read_history(out)
+    charged = [entry.charged for entry in history]
+    assert charged == sorted(charged) and charged[-1] == ledger["charged"]
+    assert history[0].bundle == seed and history[-1].kind == "final"
+    assert [entry.kind for entry in history].count("final") == 1
+    optimizable = set(splits.train) | set(splits.validation)
+    assert {line["id"] for line in logged} <= optimizable
+    team_runs = [r for r in job.model.team_requests
+                 if job.team.problem_of(_without_demos(r)) is not None]
+    sampled = [r for r in team_runs if r.get("temperature") != 0.0]
+    assert len(sampled) == sum(line["n_llm_calls"] for line in logged) > 0
+
+    # validate, then the seal, then test
+    test_ids = set(splits.test)
+    sent_test = [sealed for pid, sealed in job.team.seen if pid in test_ids]
+    assert sent_test and all(sent_test), "a test row reached the model before the seal"
+    assert not any(sealed for pid, sealed in job.team.seen if pid not in test_ids)
+    assert {pid for pid, _ in job.team.seen} <= optimizable | test_ids
+    selection = read_selection(out)
+    incumbent = history[-1].bundle
+    val_seed = read_evaluations(out, phase="validate", label="seed")
+    same = bundle_hash(incumbent) == bundle_hash(seed)
+    val_inc = val_seed if same else read_evaluations(out, phase="validate", label="incumbent")
+    assert list(val_seed) and set(val_seed) == set(val_inc) == set(splits.validation)
+
+    def rate(records: Mapping[str, Mapping[str, Any]]) -> float:
+        return sum(int(r["em"]) for r in records.values()) / len(records)
+
+    assert (selection.seed_score, selection.incumbent_score, selection.n_items) == (
+        rate(val_seed), rate(val_inc), len(splits.validation))
+    assert (selection.seed_hash, selection.incumbent_hash) == (bundle_hash(seed),
+                                                               bundle_hash(incumbent))
+    better = not same and selection.incumbent_score > selection.seed_score
+    assert selection.deployed == ("incumbent" if better else "seed")
+    assert selection.deployed_bundle == (incumbent if better else seed)
+    test_seed = read_evaluations(out, phase="test", label="seed")
+    test_dep = read_evaluations(out, phase="test", label="deployed") if better else test_seed
+    assert set(test_seed) == set(test_dep) == test_ids
+    assert {r["bundle"] for r in test_seed.values()} == {"seed"}
+    assert {r["bundle"] for r in test_dep.values()} == {"deployed" if better else "seed"}
+    selection_time = (out / "selection.json").stat().st_mtime_ns
+    test_files = (out / "evals").glob("test_*.jsonl")
+    assert all(selection_time <= path.stat().st_mtime_ns for path in test_files)
+
+    result = read_model(out / "result.json", JobResult)
+    assert result.deployed_label == selection.deployed
+    assert [(i.id, i.baseline, i.deployed) for i in result.items] == [
+        (pid, int(test_seed[pid]["em"]), int(test_dep[pid]["em"])) for pid in splits.test]
+    assert (result.baseline, result.deployed) == (rate(test_seed), rate(test_dep))
+    assert abs(result.delta_points - 100 * (result.deployed - result.baseline)) < 1e-9
+    assert summary["result"] == {"baseline": result.baseline, "deployed": result.deployed,
+                                 "delta_points": result.delta_points, "n": len(splits.test)}
+    report = read_model(out / "test.json", TestReport)
+    assert (report.seed.bundle_hash, report.deployed.bundle_hash) == (
+        bundle_hash(seed), bundle_hash(selection.deployed_bundle))
+    assert (report.seed.passed, report.deployed.passed) == (
+        sum(i.baseline for i in result.items), sum(i.deployed for i in result.items))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
 
 from lcb.optimize.artifacts import JobResult, read_history, read_model, read_selection
 from lcb.optimize.bundle import bundle_hash
-from lcb.optimize.job import run_job
 from lcb.optimize.method import ReflectionError
 from lcb.optimize.methods import get_optimizer
 from lcb.optimize.methods.gepa_method import GepaSettings, make
@@ -22,11 +22,13 @@ from lcb.optimize.methods.reflection import (
     parse_proposal,
     role_slice,
 )
-from tests.helpers_methods import FIX, KEYWORD, SEED, ReflectingModel, cancel_midway, fake_context
-from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
+from lcb.optimize.rollout import ROLLOUT_LOG
+from tests.helpers_methods import FIX, KEYWORD, SEED, cancel_midway, fake_context, run_method_job
+from tests.helpers_optimize import sample_splits
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(120)
+BUDGET_2 = 20
 
 
 def run(ctx, **settings):
@@ -191,26 +193,42 @@ def test_the_bridge_refuses_the_loop_thread() -> None:
 
 def test_a_gepa_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     """optimize -> validate -> test through the scripted server, the real team and grader."""
-    for name in ("REFLECTION_MODEL_BASE_URL", "REFLECTION_MODEL_ID", "REFLECTION_MODEL_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    splits, out = sample_splits(), tmp_path / "job"
-    wrong = frozenset({*splits.train, splits.validation[0], splits.test[1]})
-    team = TeamModel(sample_problems(), wrong=wrong, fixed_by=FIX, job_dir=out)
-    model = ReflectingModel(team)
-    summary = asyncio.run(run_job(job_config(scripted(model).base_url, out, method="gepa",
-                                             budget=12)))
-
-    assert summary["status"] == "complete" and summary["charged"] <= 12
-    assert "gepa" in model.reflections
-    history = read_history(out)
-    assert all(entry.charged <= 12 for entry in history)
+    splits = sample_splits()
+    wrong = {*splits.train, splits.validation[0], splits.test[1]}
+    job = run_method_job(scripted, tmp_path, monkeypatch, method="gepa", budget=12,
+                         wrong=wrong)
+    assert "gepa" in job.model.reflections
+    history = read_history(job.out)
     assert [e.scores["val"] for e in history if "val" in e.scores][:2] == [2 / 3, 1.0]
-    selection = read_selection(out)
+    selection = read_selection(job.out)
     assert selection.deployed == "incumbent"
     assert FIX in selection.deployed_bundle["solver"]
-    result = read_model(out / "result.json", JobResult)
+    result = read_model(job.out / "result.json", JobResult)
     assert (result.baseline, result.deployed) == (2 / 3, 1.0)
-    assert all(sealed for pid, sealed in team.seen if pid in splits.test)
+
+
+def test_a_gepa_job_on_a_two_stage_sequential_team(scripted, tmp_path, monkeypatch) -> None:
+    """The same job on coder -> debugger: the debugger's program is submitted, so only a fix
+    in its prompt helps; the first reflection (on the coder) cannot, so gepa needs a second
+    round; it then spends the budget until a minibatch (3) no longer fits."""
+    splits = sample_splits()
+    wrong = {*splits.train, splits.validation[0], splits.test[1]}
+    job = run_method_job(scripted, tmp_path, monkeypatch, method="gepa", budget=BUDGET_2,
+                         wrong=wrong, topology="sequential", team_size=2)
+    assert (job.summary["topology"], job.summary["team_size"]) == ("sequential", 2)
+    assert BUDGET_2 - 3 < job.summary["charged"] <= BUDGET_2
+    ledger = json.loads((job.out / "ledger.json").read_text())
+    assert {"gepa:reflect:coder", "gepa:reflect:debugger"} <= set(ledger["uncharged"])
+    history = read_history(job.out)
+    assert list(history[0].bundle) == ["coder", "debugger"]
+    selection = read_selection(job.out)
+    assert selection.deployed == "incumbent"
+    assert FIX in selection.deployed_bundle["debugger"]
+    result = read_model(job.out / "result.json", JobResult)
+    assert (result.baseline, result.deployed) == (2 / 3, 1.0)
+    # each charged run of the two-stage team made both model calls
+    logged = [json.loads(line) for line in (job.out / ROLLOUT_LOG).read_text().splitlines()]
+    assert {line["n_llm_calls"] for line in logged} == {2}
 
 
 def test_cancelling_the_job_ends_the_worker_thread() -> None:

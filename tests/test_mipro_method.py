@@ -9,7 +9,6 @@ import pytest
 
 from lcb.optimize.artifacts import JobResult, read_history, read_model, read_selection
 from lcb.optimize.bundle import validate_bundle
-from lcb.optimize.job import run_job
 from lcb.optimize.method import ReflectionError
 from lcb.optimize.methods import get_optimizer
 from lcb.optimize.methods.mipro_method import MiproSettings, make
@@ -23,16 +22,17 @@ from tests.helpers_methods import (
     FIX,
     KEYWORD,
     SEED,
-    ReflectingModel,
     cancel_midway,
     dspy_script,
     fake_context,
+    run_method_job,
 )
-from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
+from tests.helpers_optimize import sample_splits
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(180)
 EASY = frozenset({"p0", "p2", "v0"})
+BUDGET_2 = 28
 
 
 def run(ctx, **settings):
@@ -139,28 +139,41 @@ def test_flatten_request_keeps_system_and_messages() -> None:
 
 def test_a_mipro_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     """optimize -> validate -> test with the independent team, through the scripted server."""
-    for name in ("REFLECTION_MODEL_BASE_URL", "REFLECTION_MODEL_ID", "REFLECTION_MODEL_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    splits, out = sample_splits(), tmp_path / "job"
-    wrong = frozenset({*splits.train[:4], splits.validation[0], splits.test[1]})
-    team = TeamModel(sample_problems(), wrong=wrong, fixed_by=FIX, job_dir=out)
-    model = ReflectingModel(team)
-    config = job_config(scripted(model).base_url, out, method="mipro", budget=30,
-                        topology="independent", method_settings={"num_threads": 2})
-    summary = asyncio.run(run_job(config))
-
-    assert summary["status"] == "complete" and summary["charged"] <= 30
-    assert "dspy" in model.reflections
-    history = read_history(out)
-    assert all(entry.charged <= 30 for entry in history)
+    splits = sample_splits()
+    wrong = {*splits.train[:4], splits.validation[0], splits.test[1]}
+    job = run_method_job(scripted, tmp_path, monkeypatch, method="mipro", budget=30,
+                         wrong=wrong, topology="independent", method_settings={"num_threads": 2})
+    assert "dspy" in job.model.reflections
+    history = read_history(job.out)
     assert [e.scores for e in history if e.scores][0] == {"val": 2 / 3}
-    selection = read_selection(out)
+    selection = read_selection(job.out)
     assert selection.deployed == "incumbent" and FIX in selection.deployed_bundle["coder"]
     ran = {entry.bundle["coder"] for entry in history if entry.kind == "candidate"}
     assert selection.deployed_bundle["coder"] in ran  # the incumbent is a bundle that ran
-    result = read_model(out / "result.json", JobResult)
+    result = read_model(job.out / "result.json", JobResult)
     assert (result.baseline, result.deployed) == (2 / 3, 1.0)
-    assert all(sealed for pid, sealed in team.seen if pid in splits.test)
+
+
+def test_a_mipro_job_on_a_two_stage_sequential_team(scripted, tmp_path, monkeypatch) -> None:
+    """mipro on coder -> debugger: two prompt slots, each with its own instruction candidates
+    and demos; only a fix in the debugger's (the submitting stage's) prompt helps."""
+    splits = sample_splits()
+    wrong = {*splits.train[:4], splits.validation[0], splits.test[1]}
+    job = run_method_job(scripted, tmp_path, monkeypatch, method="mipro", budget=BUDGET_2,
+                         wrong=wrong, topology="sequential", team_size=2,
+                         method_settings={"num_threads": 2})
+    assert (job.summary["topology"], job.summary["team_size"]) == ("sequential", 2)
+    assert job.summary["charged"] == BUDGET_2  # bootstrapping, baseline, 3 trials: all of it
+    assert "dspy" in job.model.reflections
+    history = read_history(job.out)
+    assert list(history[0].bundle) == ["coder", "debugger"]
+    assert [e.scores for e in history if e.scores][0] == {"val": 2 / 3}
+    selection = read_selection(job.out)
+    assert selection.deployed == "incumbent" and FIX in selection.deployed_bundle["debugger"]
+    ran = [entry.bundle for entry in history if entry.kind == "candidate"]
+    assert selection.deployed_bundle in ran  # the incumbent is a bundle that ran, both roles
+    result = read_model(job.out / "result.json", JobResult)
+    assert (result.baseline, result.deployed) == (2 / 3, 1.0)
 
 
 def test_cancelling_the_job_ends_the_worker_thread() -> None:

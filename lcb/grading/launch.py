@@ -57,8 +57,19 @@ def python_argv(entry: str, *, sandbox: str = "process") -> list[str]:
     if sandbox == "bwrap":
         bwrap = shutil.which("bwrap")
         assert bwrap is not None
-        argv = [bwrap, *BWRAP_FLAGS, "--", *argv]
+        argv = [bwrap, *BWRAP_FLAGS, *_keep_visible(), "--", *argv]
     return argv
+
+
+def _keep_visible() -> list[str]:
+    """Read-only binds, over the private /tmp, of the code and interpreter the worker needs
+    (a checkout or venv that lives under /tmp would otherwise vanish inside the sandbox)."""
+    needed = {ROOT, sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent)}
+    binds: list[str] = []
+    for path in sorted(needed):
+        if Path(path).is_relative_to("/tmp"):
+            binds += ["--ro-bind", path, path]
+    return binds
 
 
 def start(argv: list[str], *, jail: PidsJail | None, stderr: int | None = None
