@@ -9,9 +9,11 @@ Contract of `load_problems(data, release=, selection=, strict=)`:
   raw fields; then `offset` and `limit` count the rows that passed them; only rows inside that
   window are decoded (`decode_row`, the expensive part), and reading stops at the window's end.
   With `only`, the result follows the order of `only` (then offset/limit apply to it).
-- A row without usable tests (`SkipRow`), a malformed row (`RowError`) and an unreadable line
-  are reported in `Loaded.skipped` with a reason and the load goes on; with `strict=True` a
-  malformed or unreadable row, or an `only` ID that is not found, raises `DataError` instead.
+- A row without usable tests (`SkipRow`), a malformed row (`RowError`), an unreadable line and
+  a row whose question_id an earlier row (that passed the filters) already has are reported in
+  `Loaded.skipped` with a reason and the load goes on; with `strict=True` a malformed,
+  unreadable or repeated row, or an `only` ID that is not found, raises `DataError` instead.
+  A repeated row does not count towards `offset`/`limit`.
 - A hub load that starts at release_v1's first row with no filters checks the row order against
   the frozen eval IDs (`lcb.manifest.check_eval_order`) and warns on a mismatch.
 """
@@ -157,6 +159,7 @@ def load_problems(
     files, source = _open_source(data, release=release, revision=revision)
     loaded = Loaded(problems=[], skipped=[], source=source)
     candidates = _candidates(iter_rows(files), selection, loaded.skipped, strict=strict)
+    candidates = _first_of_each_id(candidates, loaded.skipped, strict=strict)
     seen: list[str] = []
     if _checks_manifest(source, selection):
         candidates = _recording(candidates, seen, first_file=files[0])
@@ -213,6 +216,22 @@ def _candidates(rows: Iterable[RawRow], selection: Selection, skipped: list[Skip
                 yield raw
         except RowError as exc:
             _reject(skipped, Skipped(exc.row_id, f"{raw.where}: {exc}"), strict=strict)
+
+
+def _first_of_each_id(rows: Iterable[RawRow], skipped: list[Skipped], *, strict: bool
+                      ) -> Iterator[RawRow]:
+    """Rows whose question_id has not been seen before; a repeat goes to `skipped` (or raises
+    if strict). One id is one problem: a run records each once, and its summary needs that."""
+    first: dict[str, str] = {}
+    for raw in rows:
+        qid = problems.row_id(raw.row or {})
+        if qid in first:
+            reason = f"{raw.where}: duplicate question_id (first seen in {first[qid]})"
+            _reject(skipped, Skipped(qid, reason), strict=strict)
+            continue
+        if raw.row and raw.row.get("question_id") not in (None, ""):  # not the placeholder
+            first[qid] = raw.where
+        yield raw
 
 
 def _recording(rows: Iterator[RawRow], seen: list[str], *, first_file: Path

@@ -8,7 +8,8 @@ Contract:
   appended survives a kill of the process.
 - `read_records` tolerates (and with `repair=True` removes) a truncated last line, the only
   damage a kill mid-write can cause; damage anywhere else raises `RecordsError` naming the line.
-- `summarize` is the one place pass@1 is computed.
+- `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.scoring` and the optimizer
+  artifacts call it); `by_group` is the one per-difficulty / per-platform grouping.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-DIFFICULTY_ORDER = ("easy", "medium", "hard")
+from lcb.datasets import DIFFICULTIES
 
 
 class RecordsError(ValueError):
@@ -153,20 +154,41 @@ def _parse(line: bytes, path: Path, number: int) -> dict[str, Any]:
     return record
 
 
-def _rate(solved: int, n: int) -> float:
-    return solved / n if n else 0.0
+def pass_at_1(outcomes: Iterable[tuple[str, int]]) -> float:
+    """pass@1 over `(problem id, em)` outcomes, `em` 1 when a program passed every hidden test:
+    per problem, the share of its programs that passed; averaged over problems. With one
+    program per problem that is solved / n. 0.0 over no outcomes.
+
+    >>> pass_at_1([("a", 1), ("a", 0), ("b", 1)])
+    0.75
+    """
+    per_problem: dict[str, list[int]] = {}
+    for problem_id, em in outcomes:
+        per_problem.setdefault(str(problem_id), []).append(int(em))
+    rates = [sum(ems) / len(ems) for ems in per_problem.values()]
+    return sum(rates) / len(rates) if rates else 0.0
+
+
+def by_group(rows: Iterable[Mapping[str, Any]], key: str, order: tuple[str, ...] = ()
+             ) -> dict[str, list[Mapping[str, Any]]]:
+    """`rows` grouped by `row[key]` ("unknown" when missing): the names in `order` first, in
+    that order, then the others sorted."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get(key) or "unknown"), []).append(row)
+    names = [name for name in order if name in groups]
+    names += sorted(name for name in groups if name not in order)
+    return {name: groups[name] for name in names}
+
+
+def _em(rows: Iterable[Mapping[str, Any]]) -> float:
+    return pass_at_1((row["id"], row["em"]) for row in rows)
 
 
 def _group(records: list[Mapping[str, Any]], key: str, order: tuple[str, ...] = ()) -> dict:
-    groups: dict[str, list[int]] = {}
-    for record in records:
-        groups.setdefault(str(record.get(key) or "unknown"), []).append(int(record["em"]))
-    names = [name for name in order if name in groups]
-    names += sorted(name for name in groups if name not in order)
     return {
-        name: {"n": len(groups[name]), "solved": sum(groups[name]),
-               "em": _rate(sum(groups[name]), len(groups[name]))}
-        for name in names
+        name: {"n": len(rows), "solved": sum(int(r["em"]) for r in rows), "em": _em(rows)}
+        for name, rows in by_group(records, key, order).items()
     }
 
 
@@ -205,10 +227,10 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "n_extracted": len(extracted),
         "n_errors": sum(1 for record in rows if record.get("error")),
         "solved": solved,
-        "em": _rate(solved, len(rows)),
+        "em": _em(rows),
         "extracted_solved": extracted_solved,
-        "extracted_em": _rate(extracted_solved, len(extracted)),
-        "by_difficulty": _group(rows, "difficulty", DIFFICULTY_ORDER),
+        "extracted_em": _em(extracted),
+        "by_difficulty": _group(rows, "difficulty", DIFFICULTIES),
         "by_platform": _group(rows, "platform"),
         "prompt_tokens": total("prompt_tokens"),
         "completion_tokens": total("completion_tokens"),

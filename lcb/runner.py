@@ -9,7 +9,8 @@ Contract:
   arrives while its worker moves on to the next problem, so grading never idles the endpoint.
 - Every finished problem appends one record (fsync-ed) and, with an output directory, writes its
   transcript first. A per-problem failure (the team's error, a crash, the whole-problem timeout,
-  a grading failure) is a record with `error` set and em 0; the batch goes on.
+  a grading failure) is a record with `error` set and em 0, and the tokens and calls spent
+  before it; the batch goes on.
 - With `resume`, ids already recorded are skipped and a last line cut short by a kill is removed;
   with `retry_errors` too, recorded problems whose record has an error run again (their old
   records move to `predictions.errors.jsonl`, see `lcb.rundir.set_aside`).
@@ -31,9 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from lcb.datasets import Loaded, Selection, load_problems
-from lcb.grading import Grade, GradingPool, check_sandbox
-from lcb.grading.official import require_official
-from lcb.grading.pool import GRADERS
+from lcb.grading import Grade, GradingPool
 from lcb.models import ModelConfig, check_endpoint
 from lcb.problems import Problem
 from lcb.progress import BatchProgress
@@ -47,7 +46,8 @@ from lcb.rundir import (
     write_json,
     write_transcript,
 )
-from lcb.teams import TEAMS, TeamOptions, TeamResult, TeamRuntime, solve
+from lcb.scoring import check_grading
+from lcb.teams import TEAMS, TeamContext, TeamOptions, TeamResult, TeamRuntime, solve_in
 from lcb.teams.multi import Team
 
 
@@ -100,21 +100,6 @@ def check_team(topology: str, team: TeamOptions | None) -> None:
     Team.resolve(topology, team)
 
 
-def check_grading(*, grader: str, sandbox: str) -> None:
-    """Configuration errors of grading, raised before any work (see `lcb.grading`)."""
-    check_sandbox(sandbox)
-    if grader not in GRADERS:
-        raise ValueError(f"unknown grader {grader!r}: choose one of {', '.join(GRADERS)}")
-    if grader == "official":
-        require_official()
-
-
-def _failed(error: str) -> TeamResult:
-    return TeamResult(code=None, final_text="", transcript=[], prompt_tokens=0,
-                      completion_tokens=0, n_llm_calls=0, n_tool_calls=0, usage_by_role={},
-                      fields={}, error=error)
-
-
 def _default_total(problem: Problem, grader: str) -> int:
     """How many tests a grade would have counted (official grading adds the public tests)."""
     extra = len(problem.public_tests) if grader == "official" else 0
@@ -164,17 +149,19 @@ class _Batch:
         self.streak = 0
 
     async def solve(self, problem: Problem) -> TeamResult:
-        """The team's result; a crash or the whole-problem timeout becomes an error result."""
+        """The team's result; a crash or the whole-problem timeout becomes an error result
+        that still counts the tokens and calls the team spent before it."""
         timeout = self.config.problem_timeout_s
+        ctx = TeamContext(problem=problem, team=self.config.topology, runtime=self.runtime,
+                          seed=self.config.seed)
         try:
-            return await asyncio.wait_for(
-                solve(self.config.topology, problem, self.runtime, seed=self.config.seed,
-                      options=self.config.team),
-                timeout=timeout)
+            return await asyncio.wait_for(solve_in(ctx, options=self.config.team),
+                                          timeout=timeout)
         except TimeoutError:
-            return _failed(f"problem timed out after {timeout:g}s")
+            error = f"problem timed out after {timeout:g}s"
         except Exception as exc:  # a team that broke its never-raise contract
-            return _failed(f"team crashed: {type(exc).__name__}: {exc}")
+            error = f"team crashed: {type(exc).__name__}: {exc}"
+        return ctx.result(code=None, final_text="", transcript=[], error=error)
 
     async def grade(self, problem: Problem, result: TeamResult) -> tuple[Grade | None, str | None]:
         """The grade of the submitted program (None without one) and the problem's error."""

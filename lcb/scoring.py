@@ -9,10 +9,10 @@ Contract:
   every line before it are graded. A graded line holds the input fields, then `line`, `id`,
   `has_code`, `difficulty`, `platform`, `contest_date`, `error` (None) and `Grade.to_record()`
   (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s, cpu_s); those
-  keys win over input fields of the same name. A line that cannot be graded (not JSON, not an
-  object, no id, an id outside the selected problems, no code, a grading-machinery failure)
-  gives an error line: the same keys with `error` naming the line number and the problem, and
-  `em` 0.
+  keys win over input fields of the same name. A line that cannot be graded (not UTF-8, not
+  JSON, not an object, no id, an id outside the selected problems, no code, a grading-machinery
+  failure) gives an error line: the same keys with `error` naming the line number and the
+  problem, and `em` 0.
 - pass@1 (`summarize_scores`): per problem, the fraction of its predictions that pass every
   test; averaged over problems. "overall" counts every problem that has a prediction (a line
   without code scores 0); "with code" only predictions that carry a program. Lines whose id is
@@ -28,11 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lcb.grading import GradingError, GradingPool
+from lcb.datasets import DIFFICULTIES
+from lcb.grading import GradingError, GradingPool, check_sandbox
+from lcb.grading.official import require_official
+from lcb.grading.pool import GRADERS
 from lcb.problems import Problem
+from lcb.records import by_group, pass_at_1
 
 CODE_KEYS = ("code", "predicted_code")
-DIFFICULTY_ORDER = ("easy", "medium", "hard")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,23 @@ class ScoreConfig:
     all_tests: bool = False
     jobs: int | None = None
     sandbox: str = "process"
+
+
+def check_grading(*, grader: str, sandbox: str) -> None:
+    """Configuration errors of grading, raised before any work (`lcb run` and `lcb score`).
+
+    ValueError for an unknown grader or sandbox, or for the official grader under bwrap (it runs
+    LiveCodeBench's in-process grader, which bubblewrap does not wrap); `SandboxUnavailable` /
+    `OfficialGraderMissing` when the chosen tier or grader is not installed here.
+    """
+    if grader not in GRADERS:
+        raise ValueError(f"unknown grader {grader!r}: choose one of {', '.join(GRADERS)}")
+    if grader == "official" and sandbox != "process":
+        raise ValueError("--grader official runs LiveCodeBench's in-process grader: use "
+                         "--sandbox process with it")
+    check_sandbox(sandbox)
+    if grader == "official":
+        require_official()
 
 
 @dataclass(frozen=True)
@@ -62,13 +82,19 @@ def summary_path(out: Path) -> Path:
 
 
 def read_predictions(path: Path) -> list[Prediction]:
-    """Parse the predictions file; malformed lines become `Prediction`s with `invalid` set."""
-    with path.open(encoding="utf-8") as handle:
-        return [parse_line(text, number) for number, text in enumerate(handle, 1)
-                if text.strip()]
+    """Parse the predictions file; malformed lines (not UTF-8, not JSON, not a prediction)
+    become `Prediction`s with `invalid` set."""
+    with path.open("rb") as handle:  # bytes: one bad line must not stop the others
+        return [parse_line(raw, number) for number, raw in enumerate(handle, 1) if raw.strip()]
 
 
-def parse_line(text: str, number: int) -> Prediction:
+def parse_line(text: str | bytes, number: int) -> Prediction:
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Prediction(number, {}, None, None, f"line {number}: not valid UTF-8 "
+                                                      f"({exc.reason} at byte {exc.start})")
     try:
         value = json.loads(text)
     except ValueError as exc:
@@ -166,24 +192,16 @@ def summarize_scores(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "n_errors": sum(1 for r in rows if r.get("error")),
         **_block(valid),
         "with_code": _block(with_code),
-        "by_difficulty": _grouped(valid, "difficulty", DIFFICULTY_ORDER),
+        "by_difficulty": _grouped(valid, "difficulty", DIFFICULTIES),
         "by_platform": _grouped(valid, "platform", ()),
     }
 
 
 def _block(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    per_problem: dict[str, list[int]] = {}
-    for row in rows:
-        per_problem.setdefault(str(row["id"]), []).append(int(row["em"]))
-    rates = [sum(ems) / len(ems) for ems in per_problem.values()]
-    return {"n_predictions": len(rows), "n_problems": len(per_problem),
+    return {"n_predictions": len(rows), "n_problems": len({str(r["id"]) for r in rows}),
             "solved": sum(int(r["em"]) for r in rows),
-            "pass@1": sum(rates) / len(rates) if rates else 0.0}
+            "pass@1": pass_at_1((r["id"], r["em"]) for r in rows)}
 
 
 def _grouped(rows: list[Mapping[str, Any]], key: str, order: tuple[str, ...]) -> dict:
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(str(row.get(key) or "unknown"), []).append(row)
-    names = [n for n in order if n in groups] + sorted(n for n in groups if n not in order)
-    return {name: _block(groups[name]) for name in names}
+    return {name: _block(group) for name, group in by_group(rows, key, order).items()}

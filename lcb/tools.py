@@ -104,5 +104,3 @@ def _bad_arguments(err: Exception) -> str:
     return (f"error: bad arguments for {TOOL_NAME}: {err}. "
             'Call it with {"code": "<python program>", "stdin": "<optional input>"}.')
 
-
-python_exec: BaseTool = make_python_exec()

@@ -100,10 +100,14 @@ def test_every_seed_entry_module_parses_the_batch_flags(topology):
     assert "--batch" in proc.stdout and "--out-dir" in proc.stdout
 
 
-def test_entry_point_refuses_batch_flags_without_batch():
-    result = invoke("--limit", "3", target=_entry_app,
-                    obj=_Entry(topology="single", prog="python -m x"))
+@pytest.mark.parametrize("flags", [
+    ("--limit", "3"), ("--data", "sample"), ("--release", "release_v2"), ("--revision", "main"),
+    ("--strict",), ("--grader", "official"), ("--sandbox", "bwrap"),
+])
+def test_entry_point_refuses_batch_flags_without_batch(flags):
+    result = invoke(*flags, target=_entry_app, obj=_Entry(topology="single", prog="python -m x"))
     assert result.exit_code == 2 and "add --batch" in result.output
+    assert flags[0] in result.output
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -171,6 +175,9 @@ def test_cli_masked_run_calls_only_the_active_agents(scripted, tmp_path):
     (("--topology", "independent", "--active", "nobody"), "nobody"),
     (("--topology", "single", "--team-size", "4"), "one agent"),
     (("--communication", "yaml"), "yaml"),
+    (("--grader", "official", "--sandbox", "bwrap"), "--sandbox process"),
+    (("--grader", "strict"), "'strict'"),
+    (("--sandbox", "docker"), "'docker'"),
 ])
 def test_cli_bad_team_options_stop_before_any_work(tmp_path, args, message):
     data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
@@ -178,3 +185,23 @@ def test_cli_bad_team_options_stop_before_any_work(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_run_and_score_offer_the_same_grader_and_sandbox_choices():
+    from lcb.grading.launch import SANDBOXES
+    from lcb.grading.pool import GRADERS
+
+    for command in ("run", "score"):
+        result = invoke(command, "--help", terminal_width=200)
+        assert result.exit_code == 0, result.output
+        assert f"<{'|'.join(GRADERS)}>" in result.output
+        assert f"<{'|'.join(SANDBOXES)}>" in result.output
+
+
+def test_the_cli_offers_exactly_the_registered_topologies():
+    from lcb.cli.run_cmd import ENTRY_MODULES, TOPOLOGIES
+    from lcb.optimize.teamrun import TOPOLOGIES as JOB_TOPOLOGIES
+
+    # As sets: another test deletes and restores a TEAMS entry, which moves it to the end.
+    assert set(TOPOLOGIES) == set(TEAMS) == set(JOB_TOPOLOGIES) == set(ENTRY_MODULES)
+    assert len(TOPOLOGIES) == len(TEAMS)

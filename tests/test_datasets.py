@@ -183,6 +183,20 @@ def test_directory_reads_its_data_files_in_sorted_order(tmp_path):
         "a.parquet", "b.jsonl", "c.jsonl"]
 
 
+def test_a_repeated_question_id_loads_once_and_is_reported(tmp_path):
+    folder = tmp_path / "rows"
+    first = write_jsonl(folder / "a.jsonl", [stdin_row("x"), stdin_row("y")])
+    again = write_jsonl(folder / "b.jsonl", [stdin_row("y"), stdin_row("z")])
+    loaded = load_problems(str(folder))
+    assert [p.id for p in loaded.problems] == ["x", "y", "z"]
+    [skip] = loaded.skipped
+    assert skip.row_id == "y"
+    assert skip.reason == f"{again}:1: duplicate question_id (first seen in {first}:2)"
+    assert ids(str(folder), limit=3) == ["x", "y", "z"]  # a repeat takes no place in the window
+    with pytest.raises(DataError, match="duplicate question_id"):
+        load_problems(str(folder), strict=True)
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda d: d / "missing.jsonl", "no such file"),
     (lambda d: d / "missing_dir", "no such file"),

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lcb.records import Record, RecordLog, RecordsError, read_records, summarize
+from lcb.records import Record, RecordLog, RecordsError, pass_at_1, read_records, summarize
 from lcb.rundir import OutputError, RunPaths, read_transcript, update_manifest, write_transcript
 
 
@@ -166,3 +166,24 @@ def test_manifest_keeps_first_session_and_adds_resumed_ones(tmp_path):
     assert {"lcb", "python", "langgraph", "langchain-openai"} <= set(second["sessions"][0]
                                                                      ["versions"])
     assert json.loads(path.read_text()) == second
+
+
+def test_pass_at_1_averages_each_problems_share_over_problems():
+    assert pass_at_1([]) == 0.0
+    assert pass_at_1([("a", 1), ("b", 0), ("c", 1), ("d", 1)]) == 0.75  # one program each
+    assert pass_at_1([("a", 1), ("a", 0), ("a", 0), ("b", 1)]) == pytest.approx((1 / 3 + 1) / 2)
+
+
+def test_summaries_of_runs_scores_and_jobs_all_use_pass_at_1():
+    from lcb.optimize.artifacts import ItemOutcome, JobResult
+    from lcb.scoring import summarize_scores
+
+    rows = [{"id": "a", "em": 1, "difficulty": "hard", "platform": "x"},
+            {"id": "b", "em": 0, "difficulty": "easy", "platform": "x"},
+            {"id": "c", "em": 1, "difficulty": "easy", "platform": "y"}]
+    run, scored = summarize(rows), summarize_scores(rows)
+    assert run["em"] == scored["pass@1"] == pass_at_1((r["id"], r["em"]) for r in rows)
+    assert list(run["by_difficulty"]) == list(scored["by_difficulty"]) == ["easy", "hard"]
+    assert run["by_difficulty"]["easy"]["em"] == scored["by_difficulty"]["easy"]["pass@1"] == 0.5
+    items = [ItemOutcome(id=r["id"], baseline=r["em"], deployed=1) for r in rows]
+    assert JobResult.from_items(items, deployed_label="incumbent").baseline == run["em"]

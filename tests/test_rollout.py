@@ -24,7 +24,14 @@ from tests.helpers_optimize import (
     sample_problems,
     sample_splits,
 )
-from tests.scripted_server import message_text, scripted_fixture  # noqa: F401
+from tests.scripted_server import (  # noqa: F401
+    Reply,
+    ToolCall,
+    failures,
+    keyed,
+    message_text,
+    scripted_fixture,
+)
 
 SPLITS = sample_splits()
 BY_ID = {p.id: p for p in sample_problems()}
@@ -73,6 +80,21 @@ def test_an_answer_without_a_program_is_charged_with_the_reason(scripted, tmp_pa
     assert rollout.score == 0.0 and rollout.grade is None
     assert "no program" in rollout.feedback
     assert ledger.charged == 1 and ledger.infra_failures == 0
+
+
+def test_a_program_written_before_a_later_call_failed_is_usable_and_charged(scripted, tmp_path):
+    draft = Reply.calls(ToolCall("python_exec", {"code": "print(1)"}),
+                        content="```python\nprint(0)\n```")
+    server = scripted([draft, *failures(20)])
+
+    async def main():
+        async with job_context(server.base_url, tmp_path) as ctx:
+            return await ctx.rollout(ctx.seed_bundle, TRAIN[0], iteration=1), ctx.ledger
+
+    rollout, ledger = asyncio.run(main())
+    assert rollout is not None and rollout.grade is not None
+    assert rollout.team.fields["agent_errors"]["solver"]
+    assert (ledger.charged, ledger.infra_failures) == (1, 0)
 
 
 def test_server_errors_beyond_retries_are_refunded_and_retried_with_the_same_seed(
@@ -183,6 +205,29 @@ def test_reflection_is_uncharged_but_recorded_in_the_history(scripted, tmp_path)
     (entry,) = read_history(tmp_path)
     assert (entry.charged, entry.iteration, entry.scores) == (1, 1, {"train": 1.0})
     assert entry.uncharged["reflection"]["calls"] == 1
+
+
+def test_overlapping_reflection_calls_each_record_their_own_tokens(scripted, tmp_path):
+    slow = Reply("slow", prompt_tokens=100, completion_tokens=9, latency_s=0.5)
+    fast = Reply("fast", prompt_tokens=10, completion_tokens=1)
+    server = scripted(keyed({"SLOW": [slow], "FAST": [fast]}, default=["ok"]))
+
+    async def main():
+        async with job_context(server.base_url, tmp_path) as ctx:
+
+            async def fast_after_slow_started():
+                await asyncio.sleep(0.1)  # the slow call is in flight: the two overlap
+                return await ctx.reflect("FAST", purpose="fast")
+
+            answers = await asyncio.gather(ctx.reflect("SLOW", purpose="slow"),
+                                           fast_after_slow_started())
+            return answers, ctx.ledger, ctx.reflector.usage.total()
+
+    answers, ledger, total = asyncio.run(main())
+    assert answers == ["slow", "fast"]
+    assert ledger.uncharged["slow"] == {"calls": 1, "prompt_tokens": 100, "completion_tokens": 9}
+    assert ledger.uncharged["fast"] == {"calls": 1, "prompt_tokens": 10, "completion_tokens": 1}
+    assert (total.prompt_tokens, total.n_llm_calls) == (110, 2)
 
 
 def test_a_masked_sequential_rollout_runs_only_the_active_stages(scripted, tmp_path):

@@ -10,7 +10,7 @@ from lcb.models import EndpointError
 from lcb.progress import BatchProgress
 from lcb.records import read_records
 from lcb.rundir import OutputError, read_transcript
-from lcb.runner import BatchAborted, run_batch
+from lcb.runner import BatchAborted, check_grading, run_batch
 from tests.helpers_runner import (
     MODEL,
     RIGHT,
@@ -29,6 +29,7 @@ from tests.helpers_runner import (
 )
 from tests.scripted_server import (
     Reply,
+    ToolCall,
     failures,
     message_text,
     scripted_fixture,  # noqa: F401
@@ -97,6 +98,18 @@ def test_endpoint_failure_after_retries_is_an_error_record_and_the_batch_goes_on
     assert records[ids[1]]["error"] is None and records[ids[1]]["em"] == 1
 
 
+def test_a_program_written_before_the_endpoint_failed_is_graded_and_recorded(scripted,
+                                                                             tmp_path):
+    [qid] = problem_ids(1)
+    data = write_problems(tmp_path / "rows.jsonl", [qid])
+    draft = Reply.calls(ToolCall("python_exec", {"code": "print(1)"}), content=RIGHT)
+    server = scripted(script({qid: [draft, *failures(20)]}))
+    run(run_config(server.base_url, data, tmp_path / "out"))
+    [record] = read_lines(tmp_path / "out" / "predictions.jsonl")
+    assert record["error"] is None and record["predicted_code"] and record["em"] == 1
+    assert "model call failed" in record["agent_errors"]["solver"]
+
+
 def test_a_problem_over_its_time_budget_is_an_error_record(scripted, tmp_path):
     ids = problem_ids(2)
     data = write_problems(tmp_path / "rows.jsonl", ids)
@@ -107,6 +120,22 @@ def test_a_problem_over_its_time_budget_is_an_error_record(scripted, tmp_path):
     records = {r["id"]: r for r in read_lines(tmp_path / "out" / "predictions.jsonl")}
     assert "timed out after 1s" in records[ids[0]]["error"]
     assert records[ids[1]]["em"] == 1
+
+
+def test_a_timed_out_problem_records_the_usage_spent_before_the_timeout(scripted, tmp_path):
+    [qid] = problem_ids(1)
+    data = write_problems(tmp_path / "rows.jsonl", [qid])
+    first = Reply.calls(ToolCall("python_exec", {"code": "print(1)"}), prompt_tokens=120,
+                        completion_tokens=7)
+    server = scripted(script({qid: [first, Reply.stall(30)]}))
+    config = run_config(server.base_url, data, tmp_path / "out", problem_timeout_s=1.5,
+                        model=model_config(server.base_url, timeout_s=20.0))
+    summary = run(config)
+    [record] = read_lines(tmp_path / "out" / "predictions.jsonl")
+    assert "timed out" in record["error"]
+    assert (record["prompt_tokens"], record["completion_tokens"]) == (120, 7)
+    assert (record["n_llm_calls"], record["n_tool_calls"]) == (1, 1)
+    assert summary["prompt_tokens"] == 120
 
 
 def test_retry_errors_reruns_failed_problems_and_sets_their_records_aside(scripted, tmp_path):
@@ -122,6 +151,18 @@ def test_retry_errors_reruns_failed_problems_and_sets_their_records_aside(script
     assert requested_ids(back, ids) == [ids[0]]
     aside = read_records(out / "predictions.errors.jsonl")
     assert [r["id"] for r in aside] == [ids[0]] and aside[0]["error"]
+
+
+def test_overlapping_data_files_solve_each_id_once_and_resume(scripted, tmp_path):
+    ids = problem_ids(3)
+    folder = tmp_path / "rows"
+    write_problems(folder / "a.jsonl", ids[:2])
+    write_problems(folder / "b.jsonl", ids[1:])
+    server = scripted(script({qid: [RIGHT] for qid in ids}))
+    summary = run(run_config(server.base_url, folder, tmp_path / "out"))
+    assert (summary["n"], summary["n_selected"], summary["n_skipped_rows"]) == (3, 3, 1)
+    again = run(run_config(server.base_url, folder, tmp_path / "out", resume=True))
+    assert (again["n"], again["n_pending_at_start"], again["complete"]) == (3, 0, True)
 
 
 def test_retry_errors_without_resume_is_refused(tmp_path):
@@ -228,3 +269,14 @@ def test_terminal_progress_bar_renders_the_same_counts():
         progress.update({"id": "a", "em": 1, "prompt_tokens": 10})
         progress.update({"id": "b", "em": 1})
     assert "2/2" in stream.getvalue() and "pass@1 1.000" in stream.getvalue()
+
+
+def test_official_grader_under_bwrap_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="--sandbox process"):
+        check_grading(grader="official", sandbox="bwrap")
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    config = run_config("http://127.0.0.1:9/v1", data, tmp_path / "out", grader="official",
+                        sandbox="bwrap")
+    with pytest.raises(ValueError, match="--sandbox process"):
+        run(config)
+    assert not (tmp_path / "out").exists()

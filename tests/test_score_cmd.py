@@ -71,13 +71,34 @@ def test_bad_lines_become_error_records_and_others_are_graded(tmp_path):
     assert summary["with_code"]["pass@1"] == pytest.approx((1 / 2 + 1) / 2)
 
 
-def test_results_are_appended(tmp_path):
+def test_a_line_that_is_not_utf8_is_an_error_line_and_the_rest_is_graded(tmp_path):
+    first = sample_ids()[0]
+    good = json.dumps({"id": first, "code": reference_solution(first)}).encode()
+    pred = tmp_path / "pred.jsonl"
+    pred.write_bytes(b'{"id": "x", "code": "print(\xff)"}\n' + good + b"\n")
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(app, ["score", "--data", "sample", "--predictions", str(pred),
+                                      "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    bad, graded = (json.loads(line) for line in out.read_text().splitlines())
+    assert bad["line"] == 1 and "line 1: not valid UTF-8" in bad["error"] and bad["em"] == 0
+    assert graded["line"] == 2 and graded["em"] == 1
+
+
+def test_existing_results_are_refused_not_appended_to(tmp_path):
     out = tmp_path / "results.jsonl"
     out.write_text('{"earlier": true}\n')
     first = sample_ids()[0]
-    _score(tmp_path, [{"id": first, "code": reference_solution(first)}])
-    lines = out.read_text().splitlines()
-    assert json.loads(lines[0]) == {"earlier": True} and json.loads(lines[1])["em"] == 1
+    pred = _write(tmp_path / "pred.jsonl", [{"id": first, "code": reference_solution(first)}])
+    result = CliRunner().invoke(app, ["score", "--data", "sample", "--predictions", str(pred),
+                                      "--out", str(out)])
+    assert result.exit_code == 2 and str(out) in result.output
+    assert "already holds results" in result.output
+    assert out.read_text() == '{"earlier": true}\n'
+    assert not summary_path(out).exists()
+    out.write_text("")  # an empty file is a fresh start
+    rows, summary, _ = _score(tmp_path, [{"id": first, "code": reference_solution(first)}])
+    assert [r["em"] for r in rows] == [1] and summary["n_lines"] == 1
 
 
 def test_official_grader_and_all_tests(tmp_path):

@@ -13,7 +13,7 @@ from lcb.prompts import load_role_prompt, question_prompt, with_contract
 from lcb.teams import TEAMS, TeamResult, solve
 from lcb.tools import TOOL_NAME
 from tests.helpers_agents import fenced, make_problem, make_runtime, solve_all
-from tests.scripted_server import Reply, ToolCall, keyed, scripted_server
+from tests.scripted_server import Reply, ToolCall, failures, keyed, scripted_server
 
 PROGRAM = "print(2 * int(input()))"
 
@@ -83,6 +83,23 @@ def test_no_program_is_no_code_but_not_an_error():
         result = solve_on(server, make_problem())
     assert result.code is None and result.error is None
     assert result.final_text == "I cannot solve this."
+
+
+def test_a_program_written_before_a_later_call_failed_is_submitted():
+    # The solver writes a program while calling the tool; its next call fails for good.
+    draft = Reply.calls(ToolCall(TOOL_NAME, {"code": "print(1)"}), content=fenced(PROGRAM))
+    with scripted_server([draft, *failures(20)]) as server:
+        result = solve_on(server, make_problem())
+    assert result.code == PROGRAM and result.error is None
+    assert "model call failed" in result.fields["agent_errors"]["solver"]
+    assert result.n_llm_calls == 1
+
+
+def test_a_failed_call_without_any_program_is_the_error():
+    with scripted_server(failures(20)) as server:
+        result = solve_on(server, make_problem())
+    assert result.code is None and "model call failed" in result.error
+    assert result.fields["agent_errors"]["solver"] == result.error
 
 
 def test_concurrent_problems_get_their_own_replies():

@@ -103,3 +103,22 @@ def test_the_real_sandbox_reports_a_crash():
     text = run(make_python_exec(workers=1), {"code": "import sys\nsys.stderr.write('bad\\n')\n"
                                                      "raise SystemExit(3)"})
     assert text.startswith("exit code 3") and "bad" in text
+
+
+def test_importing_the_module_makes_no_thread_pool():
+    import subprocess
+    import sys
+
+    # Counts the pools lcb.tools creates (LangSmith makes one of its own at import).
+    probe = ("import concurrent.futures as cf, sys\n"
+             "made = []\n"
+             "init = cf.ThreadPoolExecutor.__init__\n"
+             "def counting(self, *a, **k):\n"
+             "    made.append(sys._getframe(1).f_code.co_filename)\n"
+             "    init(self, *a, **k)\n"
+             "cf.ThreadPoolExecutor.__init__ = counting\n"
+             "import lcb.tools\n"
+             "print(sum(name.endswith('/lcb/tools.py') for name in made))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "0"

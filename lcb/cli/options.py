@@ -25,10 +25,19 @@ import typer
 from rich.console import Console
 
 from lcb.datasets import DIFFICULTIES, PLATFORMS, DataError, Loaded, Selection, load_problems
+from lcb.grading.launch import SANDBOXES
+from lcb.grading.pool import GRADERS
 from lcb.hub import DEFAULT_RELEASE, HUB_DATASET, REVISION_ENV
 
 Difficulty = StrEnum("Difficulty", {name: name for name in DIFFICULTIES})
 Platform = StrEnum("Platform", {name: name for name in PLATFORMS})
+# `--grader` and `--sandbox` of the commands that grade (`run`, `score`): one set of choices.
+Grader = StrEnum("Grader", {name: name for name in GRADERS})
+Sandbox = StrEnum("Sandbox", {name: name for name in SANDBOXES})
+GRADER_HELP = ("default: lcb's grader on the private tests. official: LiveCodeBench's own "
+               "run_test on public then private tests (with --sandbox process only).")
+SANDBOX_HELP = ("How graded programs are contained. process: contained processes. bwrap: also "
+                "bubblewrap (no network, read-only root, private /tmp, PID namespace).")
 
 _PANEL = "Problem selection"
 

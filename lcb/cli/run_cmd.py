@@ -20,8 +20,19 @@ import typer
 from rich.console import Console
 
 from lcb.cli.app import app
-from lcb.cli.options import DataOptions, fail, with_data_options
+from lcb.cli.options import (
+    GRADER_HELP,
+    SANDBOX_HELP,
+    DataOptions,
+    Grader,
+    Sandbox,
+    fail,
+    with_data_options,
+)
 
+# `lcb.teams.TEAMS` is the registry; its names are spelled out here because importing it loads
+# LangChain and LangGraph (seconds), which `lcb --help` must not wait for. A test keeps the two
+# equal (tests/test_cli_run.py).
 TOPOLOGIES = ("single", "independent", "sequential", "centralized", "decentralized")
 ENTRY_MODULES = {
     "single": "topologies.single.lcb.langgraph_lcb",
@@ -59,9 +70,11 @@ ActiveOpt = Annotated[list[str] | None, _opt(
     "--active", panel=_TEAM, metavar="AGENT",
     help="Run only these agents of the team (a masked run; repeat or comma-separate ids, "
          "e.g. coder_0,coder_1).")]
+# Options the demo (an entry point without --batch) would ignore: typed without --batch, refused.
 BATCH_ONLY = ("out", "out_dir", "concurrency", "resume", "retry_errors", "max_errors",
-              "problem_timeout", "limit", "offset", "only", "difficulty", "platform",
-              "start_date", "end_date", "team_size", "communication", "active")
+              "problem_timeout", "grader", "sandbox", "data", "release", "revision", "limit",
+              "offset", "only", "difficulty", "platform", "start_date", "end_date", "strict",
+              "team_size", "communication", "active")
 
 
 @dataclass(frozen=True)
@@ -207,10 +220,10 @@ def run(
     problem_timeout: Annotated[float, _opt(
         "--problem-timeout", min=1, help="Seconds one problem may take before it is recorded "
                                          "as an error.")] = 1800.0,
-    grader: Annotated[str, _opt("--grader", help="default (lcb) or official (LiveCodeBench's "
-                                                 "own functions).")] = "default",
-    sandbox: Annotated[str, _opt("--sandbox", help="How graded programs are contained.")
-                       ] = "process",
+    grader: Annotated[Grader, _opt("--grader", case_sensitive=False, help=GRADER_HELP)
+                      ] = Grader.default,
+    sandbox: Annotated[Sandbox, _opt("--sandbox", case_sensitive=False, help=SANDBOX_HELP)
+                       ] = Sandbox.process,
     model: ModelOpt = None,
     seed: SeedOpt = 0,
     max_requests: MaxRequestsOpt = 16,
@@ -248,7 +261,8 @@ def run(
         team=_team_options(team_size, communication, active), concurrency=concurrency,
         resume=resume, retry_errors=retry_errors,
         max_consecutive_errors=max_errors, problem_timeout_s=problem_timeout, seed=seed,
-        grader=grader, sandbox=sandbox, command=tuple(shlex.split(command_line(ctx, prog))),
+        grader=str(grader), sandbox=str(sandbox),
+        command=tuple(shlex.split(command_line(ctx, prog))),
     )
     _run_batch(ctx, prog, config)
 

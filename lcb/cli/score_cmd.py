@@ -1,11 +1,12 @@
 """`lcb score`: grade given programs with no model.
 
 Reads PRED.jsonl (`{"id": …, "code": …}` per line, other fields carried along), grades each
-line against the selected problems, appends one result line per input line to RESULTS.jsonl (in
+line against the selected problems, writes one result line per input line to RESULTS.jsonl (in
 input order, flushed line by line), writes the pass@1 summary as JSON next to it
 (`RESULTS.summary.json`, see `lcb.scoring.summary_path`) and prints it as a table. Per-line
 problems (bad JSON, unknown id, no code) become error lines; configuration problems (missing
-official grader, unusable data source) exit with status 2 and a one-line message.
+official grader, unusable data source, a RESULTS.jsonl that already holds lines: the summary
+would not count them) exit with status 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,19 +23,20 @@ from rich.table import Table
 
 from lcb import scoring
 from lcb.cli.app import app
-from lcb.cli.options import DataOptions, fail, load_or_exit, report_skipped, with_data_options
+from lcb.cli.options import (
+    GRADER_HELP,
+    SANDBOX_HELP,
+    DataOptions,
+    Grader,
+    Sandbox,
+    fail,
+    load_or_exit,
+    report_skipped,
+    with_data_options,
+)
 from lcb.datasets import Loaded, Selection
-from lcb.grading import SandboxUnavailable, check_sandbox
-
-
-class GraderChoice(StrEnum):
-    DEFAULT = "default"
-    OFFICIAL = "official"
-
-
-class SandboxChoice(StrEnum):
-    PROCESS = "process"
-    BWRAP = "bwrap"
+from lcb.grading import SandboxUnavailable
+from lcb.grading.official import OfficialGraderMissing
 
 
 @app.command("score")
@@ -47,33 +48,30 @@ def score(
         help="JSONL of programs: one {\"id\": question_id, \"code\": program, …} per line.")],
     out: Annotated[Path, typer.Option(
         "--out", dir_okay=False,
-        help="Results JSONL (appended); the summary goes to <stem>.summary.json beside it.")],
-    grader: Annotated[GraderChoice, typer.Option(
-        "--grader", case_sensitive=False,
-        help="default: lcb's grader on the private tests. official: LiveCodeBench's own "
-             "run_test on public then private tests.")] = GraderChoice.DEFAULT,
+        help="Results JSONL (new or empty); the summary goes to <stem>.summary.json beside it.")],
+    grader: Annotated[Grader, typer.Option(
+        "--grader", case_sensitive=False, help=GRADER_HELP)] = Grader.default,
     all_tests: Annotated[bool, typer.Option(
         "--all-tests", help="Run every test (full pass counts) instead of stopping at the "
                             "first failure.")] = False,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", min=1, help="Grading worker processes (default: the number of cores).")] = None,
-    sandbox: Annotated[SandboxChoice, typer.Option(
-        "--sandbox", case_sensitive=False,
-        help="process: contained processes. bwrap: also bubblewrap (no network, read-only "
-             "root, private /tmp, PID namespace).")] = SandboxChoice.PROCESS,
+    sandbox: Annotated[Sandbox, typer.Option(
+        "--sandbox", case_sensitive=False, help=SANDBOX_HELP)] = Sandbox.process,
     data_options: DataOptions,
 ) -> None:
     """Grade the programs of a predictions file and print pass@1."""
     config = scoring.ScoreConfig(grader=str(grader), all_tests=all_tests, jobs=jobs,
                                  sandbox=str(sandbox))
     _check_grader(config)
+    _check_out(out)
     parsed = scoring.read_predictions(predictions)
     narrowed = _narrowed(data_options, parsed)
     loaded = load_or_exit(narrowed)
     report_skipped(loaded if narrowed is data_options else _without_absent_ids(loaded))
     problems = {p.id: p for p in loaded.problems}
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as handle:
+    with out.open("w", encoding="utf-8") as handle:
         lines = asyncio.run(scoring.score_predictions(parsed, problems, handle, config=config))
     summary = {**scoring.summarize_scores(lines), "grader": config.grader,
                "all_tests": config.all_tests, "predictions": str(predictions),
@@ -85,19 +83,17 @@ def score(
 def _check_grader(config: scoring.ScoreConfig) -> None:
     """Fail before any work when the chosen grader or sandbox cannot run here."""
     try:
-        check_sandbox(config.sandbox)
-    except (SandboxUnavailable, ValueError) as exc:
+        scoring.check_grading(grader=config.grader, sandbox=config.sandbox)
+    except (SandboxUnavailable, OfficialGraderMissing, ValueError) as exc:
         fail(str(exc))
-    if config.grader == GraderChoice.OFFICIAL:
-        from lcb.grading.official import OfficialGraderMissing, require_official
 
-        try:
-            require_official()
-        except OfficialGraderMissing as exc:
-            fail(str(exc))
-        if config.sandbox != SandboxChoice.PROCESS:
-            fail("--grader official runs LiveCodeBench's in-process grader: use --sandbox "
-                 "process with it")
+
+def _check_out(out: Path) -> None:
+    """Refuse results that already hold lines: appending would mix two scorings in one file
+    while the summary counts only this one."""
+    if out.is_file() and out.stat().st_size > 0:
+        fail(f"--out {out} already holds results; choose another --out (or delete it to "
+             "score again)")
 
 
 def _narrowed(options: DataOptions, parsed: list[scoring.Prediction]) -> DataOptions:

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from lcb.optimize.bundle import bundle_hash
-from lcb.records import RecordsError, read_records
+from lcb.records import RecordsError, pass_at_1, read_records
 from lcb.rundir import now_iso, write_json
 
 STANDARD_SPLIT_SIZES = {"train": 150, "validation": 50, "test": 50}
@@ -210,8 +210,8 @@ class JobResult(_Model):
 
 
 def _rates(items: list[ItemOutcome]) -> tuple[float, float]:
-    n = len(items) or 1
-    return sum(i.baseline for i in items) / n, sum(i.deployed for i in items) / n
+    return (pass_at_1((i.id, i.baseline) for i in items),
+            pass_at_1((i.id, i.deployed) for i in items))
 
 
 # --- reading and writing ------------------------------------------------------------------

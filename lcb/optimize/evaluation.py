@@ -31,7 +31,7 @@ from lcb.optimize.method import Rollout
 from lcb.optimize.seeds import evaluation_scope
 from lcb.optimize.teamrun import Failed, TeamRunner
 from lcb.problems import Problem
-from lcb.records import RecordLog
+from lcb.records import RecordLog, summarize
 from lcb.rundir import RunPaths
 from lcb.runner import RunConfig, build_record
 from lcb.teams import TeamResult
@@ -58,17 +58,11 @@ class Evaluation:
         return eval_path(self.job_dir, phase=self.phase, label=self.label)
 
 
-def _no_run(error: str) -> TeamResult:
-    return TeamResult(code=None, final_text="", transcript=[], prompt_tokens=0,
-                      completion_tokens=0, n_llm_calls=0, n_tool_calls=0, usage_by_role={},
-                      fields={}, error=error)
-
-
 def evaluation_record(problem: Problem, outcome: Rollout | Failed, *, spec: Evaluation,
                       runner: TeamRunner, latency_s: float) -> dict[str, Any]:
     """One item's record: the runner's record of the run plus the evaluation's fields."""
     failed = isinstance(outcome, Failed)
-    result = _no_run(outcome.error) if failed else outcome.team
+    result = TeamResult.failed(outcome.error) if failed else outcome.team
     grade = None if failed else outcome.grade
     config = RunConfig(topology=runner.cell.topology, model=runner.runtime.config,
                        paths=RunPaths(predictions=Path(os.devnull)), seed=outcome.seed)
@@ -108,5 +102,6 @@ async def evaluate(runner: TeamRunner, problems: Sequence[Problem], spec: Evalua
 
 
 def score(records: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
-    """(passed, n) over evaluation records."""
-    return sum(int(r["em"]) for r in records.values()), len(records)
+    """(passed, n) over evaluation records (one per item; see `lcb.records.summarize`)."""
+    summary = summarize(records.values())
+    return summary["solved"], summary["n"]

@@ -76,19 +76,20 @@ class Reflector:
         self._counts[slot] += 1
         seed = request_seed(optimizer_seed=self.optimizer_seed, phase=Phase.OPTIMIZE,
                             iteration=index, row="reflection", role=slot, turn=0)
-        before = self.usage.total()
+        # This call's own ledger (forwarding to the reflector's totals): calls may overlap, so
+        # a difference of the shared totals would count a neighbour's tokens too.
+        usage = UsageLedger(keep_calls=False, parent=self.usage)
         try:
-            reply = await self.gateway.call([HumanMessage(prompt)], ledger=self.usage, seed=seed,
+            reply = await self.gateway.call([HumanMessage(prompt)], ledger=usage, seed=seed,
                                             tag=CallTag("reflection", "reflection", slot, slot,
                                                         index))
         except ModelCallError as exc:
             self.ledger.record_uncharged(purpose, calls=1)
             raise ReflectionError(f"the reflection model {self.config.model_id!r} at "
                                   f"{self.config.base_url} failed: {exc}") from exc
-        after = self.usage.total()
-        self.ledger.record_uncharged(
-            purpose, prompt_tokens=after.prompt_tokens - before.prompt_tokens,
-            completion_tokens=after.completion_tokens - before.completion_tokens)
+        spent = usage.total()
+        self.ledger.record_uncharged(purpose, prompt_tokens=spent.prompt_tokens,
+                                     completion_tokens=spent.completion_tokens)
         return reply.content if isinstance(reply.content, str) else reply.text
 
     async def aclose(self) -> None:

@@ -27,13 +27,13 @@ from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, infra_reason
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.method import Rollout
 from lcb.problems import Problem
-from lcb.teams import TeamResult, TeamRuntime, solve
+from lcb.teams import TEAMS, TeamResult, TeamRuntime, solve
 from lcb.teams import single as single_team
 from lcb.teams.formats import parse_format
-from lcb.teams.layouts import Topology, team_layout
+from lcb.teams.layouts import team_layout
 from lcb.teams.options import TeamOptions
 
-TOPOLOGIES = (single_team.TOPOLOGY, *(t.value for t in Topology))
+TOPOLOGIES = tuple(TEAMS)
 DEFAULT_RUN_TIMEOUT_S = 1800.0
 
 

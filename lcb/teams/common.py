@@ -47,6 +47,13 @@ class TeamResult:
     fields: dict
     error: str | None = None
 
+    @classmethod
+    def failed(cls, error: str) -> TeamResult:
+        """A run that produced nothing and used nothing: no program, no usage, `error` set."""
+        return cls(code=None, final_text="", transcript=[], prompt_tokens=0,
+                   completion_tokens=0, n_llm_calls=0, n_tool_calls=0, usage_by_role={},
+                   fields={}, error=error)
+
 
 @dataclass(frozen=True)
 class AgentSpec:

@@ -3,7 +3,7 @@
 The solver's system prompt is its role prompt (`configs/prompts/single/lcb/solver.txt`, or the
 bundle's `solver` text) followed by the output contract; the user message is LiveCodeBench's
 question prompt. The submitted program is the one extracted from the solver's final answer (or,
-when the turn cap cut it short, the last program it wrote).
+when the turn cap or a failed model call cut it short, the last program it wrote).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None,
               options: TeamOptions | None = None) -> TeamResult:
     """Solve `ctx.problem`; per-problem failures come back in `TeamResult.error`.
 
+    `error` is set only when the solver failed without writing a program; a program it wrote
+    before a later model call failed is submitted, the failure kept in `agent_errors`.
+
     The single team has one agent: `options` may only leave the size unset or set it to 1, and
     a mask that deactivates the solver makes the team abstain with no model call.
     """
@@ -46,7 +49,11 @@ async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None,
         return ctx.result(code=None, final_text="", transcript=[],
                           fields={"agents_ran": []})
     agent = await run_agent(solver(ctx, bundle), ctx, user=question_prompt(ctx.problem))
+    errors = {agent.agent: agent.error} if agent.error else {}
     fields = {"turns": agent.turns, "hit_turn_cap": agent.hit_turn_cap,
-              "outputs": {agent.agent: agent.final_text}}
+              "outputs": {agent.agent: agent.final_text}, "agent_errors": errors}
+    # As in the multi-agent teams (`lcb.teams.multi.finish`): a program written before a later
+    # call failed is submitted; the failure stays in `agent_errors`.
+    error = agent.error if agent.code is None else None
     return ctx.result(code=agent.code, final_text=agent.final_text,
-                      transcript=agent.transcript(), fields=fields, error=agent.error)
+                      transcript=agent.transcript(), fields=fields, error=error)
