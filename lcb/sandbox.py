@@ -3,7 +3,8 @@
 Threat model. We guard against programs written by a model that are buggy, greedy or naive
 (not a determined attacker), and against grading that hangs or lets processes linger.
 
-What every program gets, in both tiers:
+What every program gets, in both tiers (python_exec runs after the same import prelude as
+graded programs, so a snippet behaves as it will when graded):
 - a fresh forked process in its own session, whose parent is a disposable supervisor (killing
   its parent harms nothing); the supervisor and the grading worker are child subreapers, so any
   descendant, even a grandchild that called `setsid()`, stays findable;
@@ -16,8 +17,11 @@ What every program gets, in both tiers:
 - stdin as a file (EOF at its end: reading "forever" ends), stdout/stderr captured in memory;
 - a hard wall-clock deadline after which its process group is killed; after every run, every
   process it started is killed and reaped (no process survives a grading or python_exec call);
-- as root with cgroup-v1 pids available, a pids cgroup per program (`pids.max` = 128 tasks bounds
-  a fork bomb; its member list finds every survivor); elsewhere the subreaper sweep alone.
+- as root with cgroup-v1 pids available, a pids cgroup (`pids.max` bounds a program to 128
+  tasks, so a fork bomb stays small; its member list finds every survivor): a graded program
+  runs in its grading worker's group, which holds one program at a time and is emptied after
+  each (joining a fresh group per program would cost ~10 ms); each python_exec run gets its own;
+  elsewhere the subreaper sweep alone.
 - functional programs also run under LiveCodeBench's `reliability_guard` (`os.system`,
   `os.kill`, `subprocess.Popen`, … disabled) as LiveCodeBench runs them.
 
@@ -46,7 +50,13 @@ import time
 from dataclasses import asdict, dataclass
 
 from lcb.grading import child
-from lcb.grading.contain import Limits, PidsJail, become_subreaper, die_with_parent
+from lcb.grading.contain import (
+    Limits,
+    PidsJail,
+    become_subreaper,
+    die_with_parent,
+    own_rlimits,
+)
 from lcb.grading.launch import SANDBOXES, SandboxUnavailable, check_sandbox, python_argv, start
 from lcb.grading.process import enter_supervisor, make_workdir, memfd, read_fd, spawn, wait_exit
 
@@ -75,8 +85,12 @@ class RunResult:
 
 
 def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
-               sandbox: str = "process") -> RunResult:
+               sandbox: str = "process", prelude: bool = True) -> RunResult:
     """Run `code` as a script in a fresh contained process; stdout/stderr clipped to 64 KiB.
+
+    With `prelude` (the default) the program runs after LiveCodeBench's import prelude, as
+    grading runs it: `deque` or `List` work without imports, and a `from __future__` import is
+    a SyntaxError, so a snippet behaves here as it will when graded.
 
     Never raises for what the program does; raises ValueError/TypeError for bad arguments,
     `SandboxUnavailable` for a missing tier and `SandboxError` if the machinery fails.
@@ -88,7 +102,7 @@ def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
     check_sandbox(sandbox)
     limits = Limits.for_stdin()
     request = json.dumps({"code": code, "stdin": stdin, "timeout_s": timeout_s,
-                          "limits": asdict(limits)}).encode()
+                          "prelude": bool(prelude), "limits": limits._asdict()}).encode()
     jail = PidsJail.create(max_tasks=limits.max_tasks + 16, prefix="lcb-exec")
     proc = start(python_argv("lcb.sandbox:serve_one", sandbox=sandbox), jail=jail,
                  stderr=subprocess.PIPE)
@@ -133,9 +147,10 @@ def serve_one() -> None:
     enter_supervisor(workdir, limits)
     fds = (memfd("stdin", request["stdin"].encode()), memfd("stdout"), memfd("stderr"))
     started = time.monotonic()
-    main = child.script_module("<python_exec>", prelude=False)
-    pid = spawn(lambda: child.run_as_script(request["code"], main=main), fds=fds,
-                limits=limits, cpu_s=timeout_s + 1)
+    prelude = bool(request["prelude"])
+    main = child.script_module("<python_exec>", prelude=prelude)
+    pid = spawn(lambda: child.run_as_script(request["code"], main=main, after_prelude=prelude),
+                fds=fds, rlimits=own_rlimits(limits, cpu_s=timeout_s + 1))
     ended = wait_exit(pid, started=started, deadline=started + timeout_s)
     (stdout, cut_out), (stderr, cut_err) = _clipped(fds[1]), _clipped(fds[2])
     shutil.rmtree(workdir, ignore_errors=True)

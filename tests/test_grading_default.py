@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -17,7 +16,6 @@ from helpers_grading import ADD_FUNCTIONAL, SUM_STDIN, functional_problem, stdin
 from lcb.grading import Grade, GradingPool, Verdict, grade
 from lcb.grading.compare import stdout_matches
 from lcb.grading.default import compile_program
-from lcb.grading.launch import ROOT
 
 SUM_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_OK = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n"
@@ -267,6 +265,34 @@ def test_pool_is_shared_by_threads(pool):
     assert results == [1, 1, 1, 1]
 
 
+def test_interrupted_call_does_not_leave_its_reply_for_the_next_call():
+    # A KeyboardInterrupt while a worker grades leaves that worker's reply unread: the pool must
+    # drop the worker, or the next program would be graded with the stale reply.
+    import signal
+    import time
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    slow = "import time\ntime.sleep(1.5)\nprint(3)\n"
+    with GradingPool(1) as one:
+        assert one.grade_sync(SUM_STDIN, SUM_OK).em == 1
+        first_pid = one.worker_pids()
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            with pytest.raises(KeyboardInterrupt):
+                one.grade_sync(stdin_problem(("1 2\n", "3\n")), slow, timeout_s=3)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        started = time.monotonic()
+        wrong = one.grade_sync(SUM_STDIN, "print(0)")
+        assert verdicts(wrong) == ["wrong_answer"] and wrong.em == 0
+        assert one.worker_pids() != first_pid and time.monotonic() - started < 30
+        assert one.grade_sync(SUM_STDIN, SUM_OK).em == 1
+
+
 def test_pool_never_runs_more_workers_than_cores():
     import os
     with GradingPool(1000) as big:
@@ -276,12 +302,24 @@ def test_pool_never_runs_more_workers_than_cores():
 def test_worker_imports_stay_slim():
     # Every program and stdin test is a fork of the worker: it must not load LangChain, asyncio
     # or threads (slow, unsafe forks). This is the worker's whole import set.
-    probe = (f"import sys; sys.path.insert(0, {ROOT!r}); import lcb.grading.worker, "
-             "lcb.grading.default; print(' '.join(sorted(sys.modules)))")
-    loaded = set(subprocess.run([sys.executable, "-s", "-c", probe], capture_output=True,
-                                text=True, check=True).stdout.split())
-    assert "lcb.grading.supervisor" in loaded
+    # Fork and copy-on-write costs grow with the worker's size, so it also leaves out what the
+    # hot path does not need (dataclasses -> inspect/ast/dis, pathlib, shutil -> lzma/bz2, …).
+    from lcb.grading.launch import python_argv
+
+    argv = python_argv("lcb.grading.worker:_warm_up")
+    argv[-1] += "; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
+    assert {"lcb.grading.supervisor", "lcb.grading.default", "statistics"} <= loaded
     assert not loaded & {"asyncio", "threading", "subprocess", "langchain_core", "langgraph"}
+    assert not loaded & {"dataclasses", "inspect", "ast", "pathlib", "shutil", "tempfile",
+                         "lzma", "bz2", "lcb.problems", "lcb.grading.grades"}
+
+
+def test_programs_import_installed_packages_as_before(pool):
+    # Workers start with -S (no .pth imports) but keep site-packages on sys.path.
+    pytest.importorskip("numpy")
+    program = "import numpy as np\nprint(int(np.array(list(map(int, input().split()))).sum()))\n"
+    assert pool.grade_sync(SUM_STDIN, program).em == 1
 
 
 def test_module_level_grade_uses_a_shared_pool():

@@ -44,9 +44,31 @@ def test_syntax_error_reads_like_python():
     assert result.exit_code == 1 and "SyntaxError" in result.stderr
 
 
-def test_runs_as_main_without_the_grading_prelude():
-    result = run_python("print(__name__)\ntry:\n    deque\nexcept NameError:\n    print('plain')\n")
-    assert result.stdout == "__main__\nplain\n"
+def test_runs_as_main_after_the_grading_prelude_like_grading():
+    # What passes grading must pass here: prelude names work without imports.
+    result = run_python("print(__name__)\nprint(deque([1]), List[int], gcd(4, 6))\n")
+    assert result.stdout == "__main__\ndeque([1]) typing.List[int] 2\n"
+    assert result.exit_code == 0
+
+
+def test_future_import_fails_as_it_does_in_grading():
+    result = run_python("from __future__ import annotations\nprint(1)\n")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "SyntaxError" in result.stderr and "__future__" in result.stderr
+    assert "lcb" not in result.stderr
+
+
+def test_prelude_can_be_turned_off():
+    code = ("from __future__ import annotations\n"
+            "try:\n    deque\nexcept NameError:\n    print('plain')\n")
+    result = run_python(code, prelude=False)
+    assert (result.stdout, result.exit_code) == ("plain\n", 0)
+
+
+def test_installed_packages_and_site_builtins_are_there_as_in_python():
+    pytest.importorskip("numpy")
+    result = run_python("import numpy\nprint(numpy.arange(3).sum())\nexit(3)")
+    assert (result.stdout, result.exit_code) == ("3\n", 3)
 
 
 def test_timeout_kills_and_reports():

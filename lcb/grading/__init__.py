@@ -24,9 +24,10 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lcb.grading.verdicts import Feedback, Grade, TestOutcome, Verdict
+from lcb.grading.verdicts import Verdict
 
 if TYPE_CHECKING:
+    from lcb.grading.grades import Feedback, Grade, TestOutcome
     from lcb.grading.launch import SandboxUnavailable, check_sandbox
     from lcb.grading.pool import GradingError, GradingPool
     from lcb.problems import Problem, Test
@@ -38,12 +39,14 @@ __all__ = [
 
 
 _LAZY = {"GradingPool": "pool", "GradingError": "pool", "TIMEOUT_S": "pool",
-         "SandboxUnavailable": "launch", "check_sandbox": "launch"}
+         "SandboxUnavailable": "launch", "check_sandbox": "launch",
+         "Feedback": "grades", "Grade": "grades", "TestOutcome": "grades"}
 
 
 def __getattr__(name: str):
-    # The pool and launcher (asyncio, subprocess, threads) load on first use: grading workers
-    # import this package and must stay slim, since every program and stdin test forks them.
+    # The pool and launcher (asyncio, subprocess, threads) and the grade dataclasses load on
+    # first use: grading workers import this package and must stay slim, since every program
+    # and stdin test forks them.
     if name in _LAZY:
         import importlib
 

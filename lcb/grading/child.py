@@ -25,14 +25,22 @@ import time
 import traceback
 import types
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from lcb.grading.prelude import GUARDED_BUILTINS, PRELUDE_CODE, reliability_guard
+from lcb.grading.prelude import (
+    GUARDED_BUILTINS,
+    PRELUDE_CODE,
+    compile_after_prelude,
+    reliability_guard,
+)
 from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
-from lcb.problems import Test
+
+if TYPE_CHECKING:
+    from lcb.grading.process import Case
 
 SCRIPT_FILE = "solution.py"
 FUNCTIONAL_MODULE = "tmp_sol"  # like LiveCodeBench: not "__main__", so main guards do not run
+_HARNESS_FILES = (__file__, compile_after_prelude.__code__.co_filename)  # hidden in tracebacks
 
 
 def _bind_std_streams(namespace: dict) -> None:
@@ -84,7 +92,7 @@ def _flush_all() -> int:
 def _program_traceback(exc: BaseException) -> str:
     """The traceback as `python prog.py` would show it: without this harness's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _HARNESS_FILES:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
@@ -113,17 +121,34 @@ def prelude_module(name: str) -> types.ModuleType:
     return _templates[name]
 
 
-def run_as_script(code: types.CodeType | str, *, main: types.ModuleType) -> NoReturn:
-    """Run `code` (compiled, or source compiled here) in `main`; exit as Python would."""
+def prepare_script(main: types.ModuleType) -> None:
+    """What `run_as_script` sets up before running a program in `main`, done in the process
+    that forks the program processes (once, not in every fork): `sys.std*` on fds 0/1/2,
+    `sys.argv`, and `main` as `sys.modules["__main__"]`. That process must not run code of its
+    own in `main` afterwards."""
+    namespace = main.__dict__
+    _bind_std_streams(namespace)
+    sys.argv[:] = [namespace["__file__"]]  # in place: the prelude bound `argv` to this list
+    sys.modules["__main__"] = main
+
+
+def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
+                  after_prelude: bool = True, prepared: bool = False) -> NoReturn:
+    """Run `code` (compiled, or source compiled here) in `main`; exit as Python would.
+
+    Source is compiled as if the prelude were prepended (a `from __future__` import is then a
+    SyntaxError) unless `after_prelude` is False. `prepared`: the parent already ran
+    `prepare_script(main)`.
+    """
     status = 1
     try:
         namespace = main.__dict__
-        _bind_std_streams(namespace)
-        sys.argv[:] = [namespace["__file__"]]  # in place: the prelude bound `argv` to this list
-        sys.modules["__main__"] = main
+        if not prepared:
+            prepare_script(main)
         try:
             if isinstance(code, str):
-                code = compile(code, namespace["__file__"], "exec")
+                code = (compile_after_prelude(code, namespace["__file__"]) if after_prelude
+                        else compile(code, namespace["__file__"], "exec"))
             exec(code, namespace)
             status = 0
         except SystemExit as exc:
@@ -163,7 +188,7 @@ def _load(code: types.CodeType, source: str, fn_name: str):
     return namespace[fn_name]
 
 
-def _call(method, test: Test) -> tuple[Verdict, str, str]:
+def _call(method, test: Case) -> tuple[Verdict, str, str]:
     """Run one test: (verdict, actual-output text, error text)."""
     try:
         args = [json.loads(line) for line in test.input.split("\n")]
@@ -189,7 +214,7 @@ def _safe_repr(value: object) -> str:
             return f"<unprintable {type(value).__name__}>"
 
 
-def run_functional(code: types.CodeType, *, source: str, fn_name: str, tests: Sequence[Test],
+def run_functional(code: types.CodeType, *, source: str, fn_name: str, tests: Sequence[Case],
                    start: int, all_tests: bool, chan: int) -> NoReturn:
     try:
         reliability_guard()

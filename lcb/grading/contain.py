@@ -6,12 +6,14 @@ Stdlib only (workers import it before forking). See `lcb.sandbox` for the threat
 - `PidsJail`: a cgroup-v1 pids group (made under the caller's own pids group, so an outer
   guard's cap still applies) that bounds how many tasks a program tree may have and lets us kill
   every member, including those that escaped with `setsid()`. `PidsJail.create()` returns None
-  where cgroups are unavailable (not root, cgroup v2, read-only /sys in bubblewrap).
+  where cgroups are unavailable (not root, cgroup v2, read-only /sys in bubblewrap);
+  `worker_jail()` finds the one a grading worker was started in.
 - `become_subreaper()` + `kill_descendants()`: the fallback that works everywhere: orphans of a
   program reparent to us, so walking our children finds every live descendant.
 - `prepare_sandbox(workdir)` (cwd, scrubbed environment, default signals) and
-  `apply_shared_limits` / `apply_own_limits` (= `apply_limits`): set once in a supervisor or per
-  program process; `enter_child(...)`: what a program process does to itself right after fork.
+  `apply_shared_limits` / `apply_own_limits` (= `apply_limits`; `own_rlimits` precomputes the
+  latter for forked programs): set once in a supervisor or per program process;
+  `enter_child(...)`: what a program process does to itself right after fork.
 - `kill_until_gone(alive)`: the SIGKILL-and-reap loop behind both sweeps.
 """
 
@@ -25,10 +27,9 @@ import resource
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
-PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+PIDS_ROOT = "/sys/fs/cgroup/pids"
 GIB = 1 << 30
 MIB = 1 << 20
 _PR_SET_PDEATHSIG = 1
@@ -49,8 +50,7 @@ def _env_bytes(name: str, default: int) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """Per-program resource limits. `memory_bytes` 0 means no address-space cap."""
 
     memory_bytes: int = 4 * GIB
@@ -157,66 +157,121 @@ def kill_descendants(*, settle_s: float = 5.0) -> bool:
     return kill_until_gone(lambda: descendants_of(me), settle_s=settle_s)
 
 
-@dataclass(frozen=True)
 class PidsJail:
     """A pids cgroup; `path` is its directory. Members can be listed and killed."""
 
-    path: Path
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+
+    def __repr__(self) -> str:
+        return f"PidsJail({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PidsJail) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
 
     @classmethod
     def create(cls, *, max_tasks: int, prefix: str = "lcb") -> PidsJail | None:
         """A fresh group nested under this process's own pids group, or None if unavailable."""
         try:
-            line = next(ln for ln in Path("/proc/self/cgroup").read_text().splitlines()
-                        if ln.split(":")[1].split(",").count("pids"))
-            parent = PIDS_ROOT / line.split(":", 2)[2].lstrip("/")
+            parent = _own_pids_group()
             _sweep_stale(parent)
-            path = parent / f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
-            path.mkdir()
+            path = os.path.join(parent, f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
+            os.mkdir(path)
         except (OSError, StopIteration, IndexError):
             return None
         jail = cls(path)
         try:
-            (path / "pids.max").write_text(str(max_tasks))
+            _write(os.path.join(path, "pids.max"), str(max_tasks))
         except OSError:
             jail.remove()
             return None
         return jail
 
     def add(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(str(pid))
+        _write(os.path.join(self.path, "cgroup.procs"), str(pid))
 
     def members(self) -> list[int]:
         """Every process in the group and in groups nested under it."""
         try:
-            found = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-            nested = [PidsJail(d) for d in self.path.iterdir() if d.is_dir()]
+            with open(os.path.join(self.path, "cgroup.procs")) as fh:
+                found = [int(p) for p in fh.read().split()]
+            nested = [PidsJail(d) for d in _subdirs(self.path)]
         except OSError:
             return []
         return found + [pid for jail in nested for pid in jail.members()]
 
-    def kill_all(self, *, settle_s: float = 5.0) -> bool:
-        """SIGKILL every member until none is left; True on success."""
-        return kill_until_gone(self.members, settle_s=settle_s)
+    def kill_all(self, *, settle_s: float = 5.0, spare: int | None = None) -> bool:
+        """SIGKILL every member (but `spare`, the caller's own pid if it is a member) until
+        none is left; True on success."""
+        if spare is None:
+            return kill_until_gone(self.members, settle_s=settle_s)
+        return kill_until_gone(lambda: [p for p in self.members() if p != spare],
+                               settle_s=settle_s)
 
     def remove(self) -> None:
         """Remove the (emptied) group and any nested groups; leave it if still busy."""
         try:
-            for nested in [d for d in self.path.iterdir() if d.is_dir()]:
+            for nested in _subdirs(self.path):
                 PidsJail(nested).remove()
-            self.path.rmdir()
+            os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _own_pids_group() -> str:
+    """The directory of this process's cgroup-v1 pids group (OSError, StopIteration or
+    IndexError where there is none)."""
+    with open("/proc/self/cgroup") as fh:
+        line = next(ln for ln in fh.read().splitlines()
+                    if ln.split(":")[1].split(",").count("pids"))
+    return os.path.join(PIDS_ROOT, line.split(":", 2)[2].lstrip("/"))
+
+
+_WORKER_JAIL = re.compile(r"lcb-worker-\d+-[0-9a-f]{8}")
+
+
+def worker_jail() -> PidsJail | None:
+    """The jail `GradingPool` started this process in (a grading worker's own pids group), or
+    None (not a worker, no cgroups, or a cgroup namespace as under bubblewrap).
+
+    A worker runs its programs in it: they are born there, whereas moving a supervisor into a
+    fresh group costs ~10 ms per program (a cgroup-v1 migration waits for an RCU grace period).
+    A worker grades one program at a time, so after each program every other member is a
+    leftover of that program."""
+    try:
+        path = _own_pids_group()
+    except (OSError, StopIteration, IndexError):
+        return None
+    if not _WORKER_JAIL.fullmatch(os.path.basename(path)):
+        return None
+    if not os.access(os.path.join(path, "cgroup.procs"), os.R_OK | os.W_OK):
+        return None
+    return PidsJail(path)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _subdirs(path: str) -> list[str]:
+    with os.scandir(path) as entries:
+        return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
 
 
 _JAIL_NAME = re.compile(r"lcb(?:-[a-z]+)?-(\d+)-[0-9a-f]{8}")
 
 
-def _sweep_stale(parent: Path) -> None:
+def _sweep_stale(parent: str) -> None:
     """Empty and remove jails whose creator died without cleaning up (e.g. it was killed)."""
-    for path in parent.iterdir():
-        match = _JAIL_NAME.fullmatch(path.name)
-        if match and path.is_dir() and not Path(f"/proc/{match[1]}").exists():
+    for path in _subdirs(parent):
+        match = _JAIL_NAME.fullmatch(os.path.basename(path))
+        if match and not os.path.exists(f"/proc/{match[1]}"):
             stale = PidsJail(path)
             stale.kill_all(settle_s=1.0)
             stale.remove()
@@ -228,10 +283,8 @@ def scrubbed_env(home: str) -> dict[str, str]:
             "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 
-def _cap(which: int, value: int, *, hard_extra: int = 0) -> None:
-    _, hard = resource.getrlimit(which)
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.setrlimit(which, (value, value + hard_extra if hard_extra else value))
+def _cap(which: int, value: int) -> None:
+    resource.setrlimit(*_capped(which, value))
 
 
 def apply_shared_limits(limits: Limits) -> None:
@@ -245,10 +298,23 @@ def apply_shared_limits(limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_STACK, (limits.stack_bytes, stack_hard))
 
 
+def _capped(which: int, value: int, *, hard_extra: int = 0) -> tuple[int, tuple[int, int]]:
+    _, hard = resource.getrlimit(which)
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    return which, (value, value + hard_extra if hard_extra else value)
+
+
+def own_rlimits(limits: Limits, *, cpu_s: float) -> tuple[tuple[int, tuple[int, int]], ...]:
+    """The per-program rlimits as `setrlimit` arguments: CPU seconds (SIGXCPU, then SIGKILL a
+    second later) and file size. Computed in the parent, so a forked program only sets them."""
+    return (_capped(resource.RLIMIT_CPU, max(1, int(cpu_s + 0.999)), hard_extra=1),
+            _capped(resource.RLIMIT_FSIZE, limits.output_bytes))
+
+
 def apply_own_limits(limits: Limits, *, cpu_s: float) -> None:
-    """The per-program rlimits: CPU seconds (SIGXCPU, then SIGKILL a second later), file size."""
-    _cap(resource.RLIMIT_CPU, max(1, int(cpu_s + 0.999)), hard_extra=1)
-    _cap(resource.RLIMIT_FSIZE, limits.output_bytes)
+    """Set the per-program rlimits (`own_rlimits`) on this process."""
+    for which, pair in own_rlimits(limits, cpu_s=cpu_s):
+        resource.setrlimit(which, pair)
 
 
 def apply_limits(limits: Limits, *, cpu_s: float) -> None:

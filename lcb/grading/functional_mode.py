@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 from lcb.grading import child
+from lcb.grading.contain import own_rlimits
 from lcb.grading.process import (
     Exit,
     Job,
@@ -99,8 +100,9 @@ def _functional_child(job: Job, start: int) -> Iterator[dict]:
     body = lambda: child.run_functional(  # noqa: E731
         job.code, source=job.source, fn_name=job.fn_name, tests=job.tests, start=start,
         all_tests=job.all_tests, chan=write_end)
-    pid = spawn(body, fds=(devnull, devnull, err), limits=job.limits,
-                cpu_s=job.timeout_s * (len(job.tests) - start + 1) + 1, keep=(write_end,))
+    cpu_s = job.timeout_s * (len(job.tests) - start + 1) + 1
+    pid = spawn(body, fds=(devnull, devnull, err), keep=(write_end,),
+                rlimits=own_rlimits(job.limits, cpu_s=cpu_s))
     os.close(write_end)
     os.close(devnull)
     try:

@@ -8,7 +8,11 @@ Contract:
   own threads, so any number of asyncio tasks and threads may share one pool.
 - The problem's tests travel to the worker once per program (one pickle per call).
 - A worker that dies mid-call (which no program should be able to cause) raises `GradingError`
-  and is replaced on the next call. Bad arguments raise `ValueError`/`TypeError` at once.
+  and is replaced on the next call; so is a worker whose call was interrupted (e.g. by
+  KeyboardInterrupt: its reply is never read by a later call). Bad arguments raise
+  `ValueError`/`TypeError` at once.
+- Workers get plain data (source, `Case` tuples, `Limits`) and answer plain data; the `Grade` is
+  built here, so workers never load `lcb.problems` or the grade dataclasses.
 - `close()` stops the workers and kills anything left in their pids cgroups.
 """
 
@@ -20,7 +24,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from subprocess import Popen
@@ -28,7 +32,9 @@ from typing import Any
 
 from lcb.grading import launch
 from lcb.grading.contain import Limits, PidsJail
-from lcb.grading.verdicts import Grade
+from lcb.grading.default import grade_from_run
+from lcb.grading.grades import Grade
+from lcb.grading.process import Case
 from lcb.grading.worker import WorkerGone, recv_message, send_message
 from lcb.problems import Mode, Problem, Test
 
@@ -49,7 +55,11 @@ class _Worker:
 
     @classmethod
     def start(cls, sandbox: str) -> _Worker:
-        jail = PidsJail.create(max_tasks=Limits().max_tasks + 32, prefix="lcb-worker")
+        # Programs run in this jail (`contain.worker_jail`): the worker and a supervisor take 2
+        # tasks, the program Limits.max_tasks. Under bubblewrap (no jail inside) keep headroom
+        # for bwrap's own processes.
+        extra = 2 if sandbox == "process" else 32
+        jail = PidsJail.create(max_tasks=Limits().max_tasks + extra, prefix="lcb-worker")
         proc = launch.start(launch.python_argv("lcb.grading.worker:main", sandbox=sandbox),
                             jail=jail)
         worker = cls(proc, jail, proc.pid)
@@ -70,7 +80,11 @@ class _Worker:
             raise GradingError(f"the grading worker raised:\n{value}")
         return value
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
+        """End the worker: at EOF it exits on its own; `kill` (a worker busy or out of step)
+        does not wait for that."""
+        if kill:
+            self.proc.kill()
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=2.0)
@@ -83,8 +97,10 @@ class _Worker:
 
 
 def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
-                  tests: Sequence[Test] | None, timeout_s: float) -> tuple[str, dict, float]:
-    """(worker function, its kwargs, time budget) for one grading call; validates arguments."""
+                  tests: Sequence[Test] | None, timeout_s: float
+                  ) -> tuple[str, dict, float, Callable[[Any], Grade]]:
+    """(worker function, its kwargs, time budget, answer -> Grade) for one grading call;
+    validates arguments."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     if grader not in GRADERS:
@@ -97,13 +113,20 @@ def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
     if grader == "official":
         kwargs = {"problem": problem, "code": code, "all_tests": all_tests,
                   "tests": None if tests is None else tuple(tests), "timeout_s": timeout_s}
-        return "lcb.grading.official:grade_official", kwargs, budget
+        return "lcb.grading.official:grade_official", kwargs, budget, _same
     if problem.mode is Mode.FUNCTIONAL and not problem.fn_name:
         raise ValueError(f"problem {problem.id!r} is functional but has no fn_name")
     limits = Limits.for_functional() if problem.mode is Mode.FUNCTIONAL else Limits.for_stdin()
-    kwargs = {"source": code, "mode": problem.mode, "tests": chosen, "fn_name": problem.fn_name,
-              "all_tests": all_tests, "timeout_s": float(timeout_s), "limits": limits}
-    return "lcb.grading.default:grade_in_worker", kwargs, budget
+    # Plain data only (str, tuples): the worker never imports lcb.problems or the dataclasses.
+    kwargs = {"source": code, "mode": str(problem.mode), "fn_name": problem.fn_name,
+              "tests": tuple(Case(t.input, t.output) for t in chosen), "all_tests": all_tests,
+              "timeout_s": float(timeout_s), "limits": limits}
+    finish = functools.partial(grade_from_run, tests=chosen, all_tests=all_tests)
+    return "lcb.grading.default:run_in_worker", kwargs, budget, finish
+
+
+def _same(grade: Grade) -> Grade:
+    return grade
 
 
 class GradingPool:
@@ -132,17 +155,26 @@ class GradingPool:
                    grader: str = "default", tests: Sequence[Test] | None = None,
                    timeout_s: float = TIMEOUT_S) -> Grade:
         """Grade `code` on `problem` (see `lcb.grading.grade`), blocking this thread."""
-        path, kwargs, budget = build_request(problem, code, all_tests=all_tests, grader=grader,
-                                             tests=tests, timeout_s=timeout_s)
+        path, kwargs, budget, finish = build_request(
+            problem, code, all_tests=all_tests, grader=grader, tests=tests, timeout_s=timeout_s)
         worker = self._checkout()
         try:
-            return worker.call(path, kwargs, budget_s=budget)
+            answer = worker.call(path, kwargs, budget_s=budget)
+        except GradingError:  # the worker answered (it raised): its pipe is in step, keep it
+            raise
         except WorkerGone as exc:
-            self._discard(worker)
-            worker = None
+            doomed, worker = worker, None  # cleared first: `finally` must not put it back
+            self._discard(doomed, kill=True)
             raise GradingError(f"grading worker died while grading {problem.id!r}: {exc}") from None
+        except BaseException:
+            # Interrupted mid-call (KeyboardInterrupt, a signal handler's exception, …): the reply
+            # is still unread, so the next call would read it. This worker cannot be reused.
+            doomed, worker = worker, None
+            self._discard(doomed, kill=True)
+            raise
         finally:
             self._slots.put(worker)
+        return finish(answer)
 
     async def grade(self, problem: Problem, code: str, *, all_tests: bool = False,
                     grader: str = "default", tests: Sequence[Test] | None = None,
@@ -173,10 +205,10 @@ class GradingPool:
             raise
         return slot
 
-    def _discard(self, worker: _Worker) -> None:
+    def _discard(self, worker: _Worker, *, kill: bool = False) -> None:
         with self._lock:
             self._live.discard(worker)
-        worker.stop()
+        worker.stop(kill=kill)
 
     def close(self) -> None:
         if self._closed:

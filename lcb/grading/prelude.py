@@ -13,10 +13,12 @@ ipdb and tkinter. Memory caps are set separately (before the guard, which blocks
 
 from __future__ import annotations
 
+import _ast
 import builtins
 import importlib
 import os
 import sys
+import types
 from typing import Any
 
 PRELUDE_MODULES = (
@@ -86,6 +88,23 @@ def _disable(module: str, attrs: tuple[str, ...]) -> None:
             setattr(sys.modules[module], attr, None)
     else:
         sys.meta_path.insert(0, _DisableOnImport(module, attrs))
+
+
+_FUTURE_ERROR = "from __future__ imports must occur at the beginning of the file"
+
+
+def compile_after_prelude(source: str, filename: str) -> types.CodeType:
+    """Compile `source` as the part after the prelude; raises SyntaxError like compiling both.
+
+    The prelude is prepended as LiveCodeBench does, so `from __future__` imports, legal at the
+    top of a program alone, are a syntax error here just as they are in the official grader.
+    """
+    tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST)
+    for node in tree.body:
+        if isinstance(node, _ast.ImportFrom) and node.module == "__future__":
+            raise SyntaxError(_FUTURE_ERROR, (filename, node.lineno, node.col_offset + 1,
+                                              source.splitlines()[node.lineno - 1]))
+    return compile(tree, filename, "exec")
 
 
 def import_prelude_modules() -> None:

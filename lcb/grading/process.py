@@ -15,44 +15,48 @@ import gc
 import os
 import re
 import select
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NoReturn
+from resource import setrlimit
+from typing import NamedTuple, NoReturn
 
 from lcb.grading.contain import (
     Limits,
-    apply_own_limits,
     apply_shared_limits,
     enter_child,
     kill_descendants,
     prepare_sandbox,
 )
 from lcb.grading.verdicts import Verdict
-from lcb.problems import Mode, Test
 
 
-@dataclass(frozen=True)
-class Job:
-    """One program to run on `tests` (inherited through fork, never serialized)."""
+class Case(NamedTuple):
+    """One test as a worker receives it (an `lcb.problems.Test` has the same two fields)."""
 
-    mode: Mode
+    input: str
+    output: str
+
+
+class Job(NamedTuple):
+    """One program to run on `tests` (inherited through fork, never serialized).
+
+    `mode` is "stdin" or "functional" (a `Mode` compares equal); `tests` hold `.input` and
+    `.output` (`Case` or `Test`)."""
+
+    mode: str
     code: types.CodeType
     source: str
-    tests: tuple[Test, ...]
+    tests: tuple[Case, ...]
     fn_name: str | None
     timeout_s: float
     all_tests: bool
     limits: Limits
 
 
-@dataclass(frozen=True)
-class Exit:
+class Exit(NamedTuple):
     """How a program process ended, as its supervisor saw it."""
 
     status: int        # raw wait status
@@ -84,11 +88,33 @@ def read_fd(fd: int, limit: int, *, tail: bool = False) -> bytes:
     return os.pread(fd, min(limit, size), offset)
 
 
+def temp_root() -> str:
+    """The temp directory, as `tempfile.gettempdir()` picks it (without importing tempfile)."""
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        path = os.environ.get(name)
+        if path and os.path.isdir(path):
+            return path
+    return "/tmp"
+
+
 def make_workdir(prefix: str = "lcb-prog-") -> str:
     """A new private directory under the temp dir (cheaper than `tempfile.mkdtemp` in a fork)."""
-    path = os.path.join(tempfile.gettempdir(), f"{prefix}{os.getpid()}-{os.urandom(6).hex()}")
+    path = os.path.join(temp_root(), f"{prefix}{os.getpid()}-{os.urandom(6).hex()}")
     os.mkdir(path, 0o700)
     return path
+
+
+def remove_tree(path: str) -> None:
+    """Remove `path` and whatever is in it; ignore errors. (`shutil`, which pulls in bz2 and
+    lzma, is imported only when the directory is not already empty.)"""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 _WORKDIR_NAME = re.compile(r"lcb-(?:prog|exec)-(\d+)-[0-9a-f]{12}")
@@ -96,11 +122,11 @@ _WORKDIR_NAME = re.compile(r"lcb-(?:prog|exec)-(\d+)-[0-9a-f]{12}")
 
 def sweep_stale_workdirs() -> None:
     """Remove working directories whose creator died before cleaning up (it was killed)."""
-    root = tempfile.gettempdir()
+    root = temp_root()
     for name in os.listdir(root):
         match = _WORKDIR_NAME.fullmatch(name)
         if match and not os.path.exists(f"/proc/{match[1]}"):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            remove_tree(os.path.join(root, name))
 
 
 def reset_workdir(workdir: str) -> None:
@@ -108,7 +134,7 @@ def reset_workdir(workdir: str) -> None:
     try:
         if not os.listdir(workdir):
             return
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)
     except FileNotFoundError:
         pass
     os.makedirs(workdir, 0o700, exist_ok=True)
@@ -122,12 +148,14 @@ def enter_supervisor(workdir: str, limits: Limits) -> None:
     gc.freeze()  # forked children then never touch these objects when they collect garbage
 
 
-def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int], limits: Limits,
-          cpu_s: float, keep: tuple[int, ...] = ()) -> int:
-    """Fork a program process (from a supervisor set up by `enter_supervisor`) running `body`.
+def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
+          rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = ()) -> int:
+    """Fork a program process (from a supervisor set up by `enter_supervisor`) running `body`,
+    under `rlimits` (from `contain.own_rlimits`, computed once by the caller).
 
     The child reuses this process's `sys.std*` objects on its new fds 0/1/2, so they are
-    flushed here first: nothing buffered may leak into a program's output.
+    flushed here first: nothing buffered may leak into a program's output. What the child does
+    before `body` is kept short: every page it writes is a copy-on-write fault.
     """
     sys.stdout.flush()
     sys.stderr.flush()
@@ -135,7 +163,8 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int], limits: Li
     if pid == 0:
         try:
             enter_child(fds=fds, keep=keep)
-            apply_own_limits(limits, cpu_s=cpu_s)
+            for which, pair in rlimits:
+                setrlimit(which, pair)
             body()
         finally:
             os._exit(70)

@@ -8,13 +8,15 @@ comparison.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from lcb.grading import child
 from lcb.grading.compare import stdout_matches
+from lcb.grading.contain import own_rlimits
 from lcb.grading.process import (
     Job,
     describe_exit,
@@ -28,15 +30,15 @@ from lcb.grading.process import (
 from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
 
 
-def run_stdin_test(job: Job, index: int, *, main: types.ModuleType, workdir: str) -> dict:
-    """Run test `index` in a fresh process forked from `main` (the prepared module)."""
+def run_stdin_test(job: Job, index: int, *, body: Callable[[], NoReturn],
+                   rlimits: tuple[tuple[int, tuple[int, int]], ...], workdir: str) -> dict:
+    """Run test `index` in a fresh process forked to run `body` (the program, prepared)."""
     test = job.tests[index]
     reset_workdir(workdir)
     fds = (memfd("stdin", test.input.encode()), memfd("stdout"), memfd("stderr"))
     try:
         started = time.monotonic()
-        pid = spawn(lambda: child.run_as_script(job.code, main=main), fds=fds,
-                    limits=job.limits, cpu_s=job.timeout_s + 1)
+        pid = spawn(body, fds=fds, rlimits=rlimits)
         ended = wait_exit(pid, started=started, deadline=started + job.timeout_s)
         out_size = os.fstat(fds[1]).st_size
         actual = read_fd(fds[1], job.limits.output_bytes).decode("utf-8", "replace")
@@ -59,8 +61,11 @@ def run_stdin_test(job: Job, index: int, *, main: types.ModuleType, workdir: str
 
 def run_stdin(job: Job, workdir: str) -> Iterator[dict]:
     main = child.prelude_module("__main__")
+    child.prepare_script(main)  # once here, not in every test's process
+    body = functools.partial(child.run_as_script, job.code, main=main, prepared=True)
+    rlimits = own_rlimits(job.limits, cpu_s=job.timeout_s + 1)
     for index in range(len(job.tests)):
-        result = run_stdin_test(job, index, main=main, workdir=workdir)
+        result = run_stdin_test(job, index, body=body, rlimits=rlimits, workdir=workdir)
         yield result
         if result["v"] is not Verdict.PASSED and not job.all_tests:
             return

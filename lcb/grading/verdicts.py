@@ -1,15 +1,19 @@
-"""Grade data: the verdict enum, per-test outcomes, first-failure feedback and the `Grade`.
+"""Verdicts: the enum every test result carries, and the clipping of feedback text.
 
-Contract: everything here is plain frozen data. `Grade.to_record()` gives the JSON-able fields a
-run record carries (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s,
-cpu_s). `em` is 1 only when every one of `total` tests passed, so a fail-fast grade (a prefix of
-the tests) has em 0 as soon as one test fails.
+Contract: `Verdict` values are the strings records carry. This module is stdlib-only and slim
+(grading workers import it; forking them must stay cheap). The grade data (`TestOutcome`,
+`Feedback`, `Grade`) lives in `lcb.grading.grades` and is re-exported here on first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lcb.grading.grades import Feedback, Grade, TestOutcome
+
+__all__ = ["FEEDBACK_CHARS", "Feedback", "Grade", "TestOutcome", "Verdict", "clip"]
 
 FEEDBACK_CHARS = 2000
 
@@ -24,30 +28,6 @@ class Verdict(StrEnum):
     COMPILE_ERROR = "compile_error"
 
 
-@dataclass(frozen=True)
-class TestOutcome:
-    """The verdict of one test (`index` into the graded test list) and what it cost."""
-
-    __test__ = False  # not a pytest test class
-
-    index: int
-    verdict: Verdict
-    wall_s: float
-    cpu_s: float
-
-
-@dataclass(frozen=True)
-class Feedback:
-    """The first failing test, for people and optimizers; each text is clipped."""
-
-    test_index: int
-    verdict: Verdict
-    input: str
-    expected: str
-    actual: str
-    error: str
-
-
 def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
     """`text` if short enough, else its head and tail around a marker saying how much was cut."""
     if len(text) <= limit:
@@ -56,43 +36,11 @@ def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
     return f"{text[:half]}\n…[{len(text) - 2 * half} chars cut]…\n{text[-half:]}"
 
 
-@dataclass(frozen=True)
-class Grade:
-    """A program's grade on a problem; `outcomes` is a prefix of the tests when fail-fast."""
+def __getattr__(name: str):
+    # Grade data classes load on first use: `dataclasses` pulls in `inspect`, `ast`, `dis` …,
+    # which would fatten every grading worker (and every process forked from it).
+    if name in ("Feedback", "Grade", "TestOutcome"):
+        from lcb.grading import grades
 
-    outcomes: tuple[TestOutcome, ...]
-    total: int
-    passed: int
-    em: int
-    wall_s: float
-    cpu_s: float
-    feedback: Feedback | None
-    grader: str
-
-    @classmethod
-    def from_outcomes(cls, outcomes: tuple[TestOutcome, ...], *, total: int,
-                      feedback: Feedback | None, grader: str, wall_s: float) -> Grade:
-        """Count passes and set `em` (1 iff all `total` tests ran and passed)."""
-        passed = sum(o.verdict is Verdict.PASSED for o in outcomes)
-        return cls(outcomes=outcomes, total=total, passed=passed,
-                   em=int(total > 0 and passed == total), wall_s=wall_s,
-                   cpu_s=sum(o.cpu_s for o in outcomes), feedback=feedback, grader=grader)
-
-    @property
-    def pass_rate(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-    def to_record(self) -> dict:
-        return {
-            "pass": self.passed,
-            "total": self.total,
-            "pass_rate": round(self.pass_rate, 6),
-            "em": self.em,
-            "tests_run": len(self.outcomes),
-            "verdicts": [o.verdict.value for o in self.outcomes],
-            "feedback": ({**asdict(self.feedback), "verdict": self.feedback.verdict.value}
-                         if self.feedback else None),
-            "grader": self.grader,
-            "wall_s": round(self.wall_s, 4),
-            "cpu_s": round(self.cpu_s, 4),
-        }
+        return getattr(grades, name)
+    raise AttributeError(f"module 'lcb.grading.verdicts' has no attribute {name!r}")
