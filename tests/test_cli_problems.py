@@ -21,8 +21,7 @@ from helpers_data import (
     write_parquet,
 )
 
-import lcb.cli  # noqa: F401  (registers every command)
-from lcb.cli.app import app
+from lcb.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED_P2 = {"id": "p2", "mode": "functional", "difficulty": "medium", "platform": "leetcode",
@@ -153,7 +152,7 @@ def test_hub_listing_from_env_configured_offline_cache(tmp_path):
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("LCB_HF_REVISION", None)
-    code = ("import sys, typer, lcb.cli; from lcb.cli.app import app; "
+    code = ("import sys, typer; from lcb.cli import app; "
             "typer.main.get_group(app).main(sys.argv[1:], prog_name='lcb')")
     done = subprocess.run([sys.executable, "-c", code, "problems", "--json", "--release",
                            "release_v2"], env=env, capture_output=True, text=True, timeout=120)
@@ -161,3 +160,22 @@ def test_hub_listing_from_env_configured_offline_cache(tmp_path):
     assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == [
         "1873_A", "1873_B", "2900"]
     assert FAKE_SHA in done.stderr and "EvalIdMismatch" not in done.stderr
+
+
+def test_every_registered_command_is_known_to_the_lazy_loader():
+    from lcb.cli import COMMAND_MODULES, load_commands
+
+    registered = {command.name for command in load_commands().registered_commands}
+    assert registered == set(COMMAND_MODULES)
+
+
+def test_lcb_score_does_not_import_langchain_or_the_optimizers():
+    code = ("import sys; sys.argv = ['lcb', 'score', '--help']\n"
+            "from lcb.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in sys.modules if m.startswith(('langchain', 'lcb.optimize'))]\n"
+            "print('HEAVY', heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout

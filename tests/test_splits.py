@@ -9,9 +9,8 @@ import pytest
 from helpers_data import stdin_row, write_jsonl
 from typer.testing import CliRunner
 
-import lcb.cli.splits_cmd  # noqa: F401  (registers `lcb splits` until lcb.cli imports it)
 from lcb import problems as problems_module
-from lcb.cli.app import app
+from lcb.cli import app
 from lcb.manifest import eval_ids
 from lcb.optimize.artifacts import SelectionDecision, seal_selection
 from lcb.optimize.splits import (

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lcb.cli.app import app
+from lcb.cli.application import app
 
 _JOB, _PROTOCOL = "Job", "Protocol"
 

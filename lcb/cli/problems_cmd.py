@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lcb.cli.app import app
+from lcb.cli.application import app
 from lcb.cli.options import DataOptions, load_or_exit, report_skipped, with_data_options
 from lcb.problems import Problem
 

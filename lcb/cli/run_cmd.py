@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from lcb.cli.app import app
+from lcb.cli.application import app
 from lcb.cli.options import (
     GRADER_HELP,
     SANDBOX_HELP,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lcb import scoring
-from lcb.cli.app import app
+from lcb.cli.application import app
 from lcb.cli.options import (
     GRADER_HELP,
     SANDBOX_HELP,

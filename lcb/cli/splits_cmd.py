@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from lcb.cli.app import app
+from lcb.cli.application import app
 from lcb.cli.options import (
     DataOpt,
     ReleaseOpt,
