@@ -205,3 +205,10 @@ def test_the_cli_offers_exactly_the_registered_topologies():
     # As sets: another test deletes and restores a TEAMS entry, which moves it to the end.
     assert set(TOPOLOGIES) == set(TEAMS) == set(JOB_TOPOLOGIES) == set(ENTRY_MODULES)
     assert len(TOPOLOGIES) == len(TEAMS)
+
+
+def test_entry_point_help_names_its_team_and_hides_topology():
+    done = subprocess.run(entry_argv("--help", topology="centralized"), capture_output=True,
+                          text=True, timeout=60, cwd=REPO, env=subprocess_env("http://127.0.0.1:9/v1"))
+    assert done.returncode == 0, done.stderr
+    assert "Run the centralized team" in done.stdout and "--topology" not in done.stdout

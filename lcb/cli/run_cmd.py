@@ -302,4 +302,10 @@ def topology_main(topology: str) -> None:
     """The body of `python -m topologies…langgraph_lcb` for `topology` (never returns)."""
     prog = f"python -m {ENTRY_MODULES[topology]}"
     command = typer.main.get_command(_entry_app)
+    command.help = (f"Run the {topology} team: with no arguments, on the two built-in demo "
+                    f"problems; with --batch, on a batch of problems (records, summary, manifest "
+                    f"and transcripts).")
+    for param in command.params:
+        if param.name == "topology":  # the module path already names the topology
+            param.hidden = True
     command.main(prog_name=prog, obj=_Entry(topology=topology, prog=prog))
