@@ -254,6 +254,15 @@ def test_reflection_model_comes_from_its_own_variables():
                                              "REFLECTION_MODEL_ID": "llama"})
     assert (other.base_url, other.model_id) == ("http://big:2/v1",
                                                 "meta-llama/Llama-3.1-8B-Instruct")
+    assert same.vllm_extras == other.vllm_extras == task.vllm_extras
+
+
+def test_a_hosted_reflection_model_can_switch_vllm_extras_off():
+    task = model_config("http://task:1/v1")
+    hosted = reflection_config(task, environ={"REFLECTION_MODEL_VLLM_EXTRAS": "0"})
+    assert task.vllm_extras and not hosted.vllm_extras
+    with pytest.raises(ValueError, match="REFLECTION_MODEL_VLLM_EXTRAS"):
+        reflection_config(task, environ={"REFLECTION_MODEL_VLLM_EXTRAS": "maybe"})
 
 
 def test_team_cells_resolve_roles_and_refuse_bad_settings():

@@ -11,9 +11,10 @@ Contract (`lcb.optimize.method` states what methods may rely on):
 - Every charged rollout is appended to `DIR/rollouts.jsonl` (id, iteration, bundle hash, seed,
   score, usage, charged count): the budget is auditable line by line.
 - `Reflector` is the reflection model: `REFLECTION_MODEL_BASE_URL` / `REFLECTION_MODEL_ID` /
-  `REFLECTION_MODEL_API_KEY` (default: the task endpoint, model and key) with its own sampling
-  (`REFLECTION_SAMPLING`). Its calls are never charged; their calls and tokens are recorded in
-  the ledger under the call's purpose, and so reach every history entry.
+  `REFLECTION_MODEL_API_KEY` (default: the task endpoint, model and key) and
+  `REFLECTION_MODEL_VLLM_EXTRAS` (0 for a hosted API; default: as the task model), with its own
+  sampling (`REFLECTION_SAMPLING`). Its calls are never charged; their calls and tokens are
+  recorded in the ledger under the call's purpose, and so reach every history entry.
 """
 
 from __future__ import annotations
@@ -54,8 +55,21 @@ def reflection_config(task: ModelConfig, *, environ: Mapping[str, str] | None = 
     base_url = (env.get("REFLECTION_MODEL_BASE_URL") or task.base_url).rstrip("/")
     model_id = resolve_model(env.get("REFLECTION_MODEL_ID") or task.model_id)
     api_key = env.get("REFLECTION_MODEL_API_KEY") or task.api_key
+    extras = _env_flag(env, "REFLECTION_MODEL_VLLM_EXTRAS", default=task.vllm_extras)
     return replace(task, base_url=base_url, model_id=model_id, api_key=api_key,
-                   **REFLECTION_SAMPLING)
+                   vllm_extras=extras, **REFLECTION_SAMPLING)
+
+
+def _env_flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """A yes/no environment variable (1/0, true/false, yes/no); `default` when unset."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"environment variable {name}={raw!r}: expected 1/0, true/false or yes/no")
 
 
 class Reflector:
