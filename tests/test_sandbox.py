@@ -6,6 +6,7 @@ Runs that could misbehave run inside the outer pids-cgroup guard (tests/cgroup_g
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 
 import pytest
@@ -116,11 +117,15 @@ def test_fork_bomb_is_contained():
 
 
 def test_bwrap_tier_blocks_network_and_writes(tmp_path):
-    code = ("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), 2)\n"
-            "    print('net')\nexcept OSError:\n    print('no net')\n"
-            f"try:\n    open({str(tmp_path / 'f')!r}, 'w')\n    print('wrote')\n"
-            "except OSError:\n    print('read-only')\n")
-    result = guarded_run(code, sandbox="bwrap")
+    with socket.socket() as listener:  # reachable from this host's loopback, not from the sandbox
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+                "    print('net')\nexcept OSError:\n    print('no net')\n"
+                f"try:\n    open({str(tmp_path / 'f')!r}, 'w')\n    print('wrote')\n"
+                "except OSError:\n    print('read-only')\n")
+        result = guarded_run(code, sandbox="bwrap")
     assert result.stdout == "no net\nread-only\n"
 
 
