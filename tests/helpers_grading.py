@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from lcb.problems import Mode, Problem, Test
 
 
@@ -53,3 +57,13 @@ if os.fork() == 0:
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", {marker!r}])
     os._exit(0)
 {then}"""
+
+
+@contextmanager
+def loopback_listener() -> Iterator[int]:
+    """A listening TCP socket on 127.0.0.1 that accepts nothing; yields its port. Tests that
+    probe the network use it: they never send traffic off this machine."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]

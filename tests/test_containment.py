@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -15,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from cgroup_guard import pids_guard
-from helpers_grading import ADD_FUNCTIONAL, FORK_BOMB, SUM_STDIN, setsid_escape, stdin_problem
+from helpers_grading import (
+    ADD_FUNCTIONAL,
+    FORK_BOMB,
+    SUM_STDIN,
+    loopback_listener,
+    setsid_escape,
+    stdin_problem,
+)
 
 from lcb.grading import GradingError, GradingPool, Verdict
 from lcb.grading.contain import Limits
@@ -166,10 +172,7 @@ def test_socket_connect_is_contained_in_process_tier():
     # The process tier does not cut the network (see lcb.sandbox): a program that connects and
     # then waits on the socket forever is stopped at the time limit. Loopback only: tests never
     # send traffic anywhere else.
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
+    with loopback_listener() as port:
         program = (f"import socket\nconn = socket.create_connection(('127.0.0.1', {port}))\n"
                    "print('connected', flush=True)\nconn.recv(1)\n")
         grade, elapsed = guarded_grade(stdin_problem(("", "connected\n")), program,
@@ -179,10 +182,7 @@ def test_socket_connect_is_contained_in_process_tier():
 
 
 def test_bwrap_tier_has_no_network():
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
+    with loopback_listener() as port:
         program = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
                    "    print('connected')\nexcept OSError:\n    print('blocked')\n")
         grade, _ = guarded_grade(stdin_problem(("", "blocked\n")), program, sandbox="bwrap")

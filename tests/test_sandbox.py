@@ -6,12 +6,11 @@ Runs that could misbehave run inside the outer pids-cgroup guard (tests/cgroup_g
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 
 import pytest
 from cgroup_guard import pids_guard
-from helpers_grading import FORK_BOMB, setsid_escape
+from helpers_grading import FORK_BOMB, loopback_listener, setsid_escape
 
 import lcb.grading.launch as launch
 from lcb.sandbox import RunResult, SandboxUnavailable, check_sandbox, run_python
@@ -117,10 +116,7 @@ def test_fork_bomb_is_contained():
 
 
 def test_bwrap_tier_blocks_network_and_writes(tmp_path):
-    with socket.socket() as listener:  # reachable from this host's loopback, not from the sandbox
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
+    with loopback_listener() as port:  # reachable from this host's loopback, not the sandbox
         code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
                 "    print('net')\nexcept OSError:\n    print('no net')\n"
                 f"try:\n    open({str(tmp_path / 'f')!r}, 'w')\n    print('wrote')\n"
