@@ -8,7 +8,7 @@ import time
 from langchain_core.tools import StructuredTool
 
 from lcb.teams import TeamContext
-from lcb.teams.agent import AgentRun, run_agent
+from lcb.teams.agent import AgentRun, agent_loop, run_agent
 from lcb.teams.common import AgentSpec
 from lcb.tools import TOOL_NAME
 from tests.helpers_agents import EchoRunner, fenced, make_problem, make_runtime, solve_all
@@ -186,3 +186,29 @@ def test_a_crash_inside_the_loop_is_the_agents_error_not_an_exception(monkeypatc
         n_requests = len(server.requests)
     assert agent.error and "crashed" in agent.error and "ZeroDivisionError" in agent.error
     assert agent.code is None and n_requests == 0
+
+
+def test_concurrent_agents_share_one_compiled_loop_but_keep_their_own_caps_and_tools():
+    """The loop graph is compiled once per process; each run brings its agent as context."""
+    script = keyed({"[A]": [exec_call("print(1)")], "[B]": [fenced(PROGRAM)]})
+    with scripted_server(script) as server:
+
+        async def main() -> tuple[AgentRun, AgentRun]:
+            runtime = make_runtime(server.base_url)
+            ctx = TeamContext(problem=make_problem(), team="single", runtime=runtime)
+            looping = AgentSpec("a", "solver", "sys", tools=(runtime.python_exec,), max_turns=2)
+            answering = AgentSpec("b", "solver", "sys", max_turns=5)
+            try:
+                return await asyncio.gather(run_agent(looping, ctx, user="[A] go"),
+                                            run_agent(answering, ctx, user="[B] go"))
+            finally:
+                await runtime.aclose()
+
+        first, second = asyncio.run(main())
+        tools_sent = {next(m["content"] for m in b["messages"] if m["role"] == "user"):
+                      [t["function"]["name"] for t in b.get("tools", [])]
+                      for b in server.chat_requests()}
+    assert agent_loop() is agent_loop()
+    assert (first.agent, first.turns, first.hit_turn_cap) == ("a", 2, True)
+    assert (second.agent, second.turns, second.code) == ("b", 1, PROGRAM)
+    assert tools_sent == {"[A] go": [TOOL_NAME], "[B] go": []}

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 
 import pytest
 from langchain_core.messages import HumanMessage
 
 from lcb.llm import ModelCallError, ModelGateway, request_seed
-from lcb.models import MODEL_ALIASES, EndpointError, ModelConfig, check_endpoint
+from lcb.models import (
+    MODEL_ALIASES,
+    EndpointError,
+    ModelConfig,
+    check_endpoint,
+    new_http_client,
+    tls_context,
+)
 from lcb.usage import CallTag, UsageLedger
 from tests.helpers_agents import MODEL, model_config
 from tests.scripted_server import Reply, failures, scripted_server
@@ -178,3 +186,14 @@ def test_check_endpoint_hints_at_a_missing_v1():
         with pytest.raises(EndpointError, match="usually end in /v1") as info:
             asyncio.run(check_endpoint(config))
     assert_helpful(str(info.value), config)
+
+
+def test_http_clients_share_one_certificate_store_that_verifies():
+    config = model_config("https://api.example.invalid/v1")
+    contexts = []
+    for _ in range(2):
+        client = new_http_client(config)
+        contexts.append(client._transport._pool._ssl_context)  # httpx keeps it on its pool
+        asyncio.run(client.aclose())
+    assert contexts[0] is contexts[1] is tls_context()
+    assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname

@@ -1,8 +1,10 @@
 """The batch runner through the real ChatOpenAI client against the scripted server."""
 
 import asyncio
+import gc
 import io
 import json
+import weakref
 
 import pytest
 
@@ -230,6 +232,24 @@ def test_problems_run_concurrently(scripted, tmp_path):
     summary = run(run_config(server.base_url, data, out, concurrency=3))
     assert summary["em"] == 1.0
     assert 2 <= server.peak_in_flight <= 3
+
+
+def test_a_batch_freezes_what_outlives_it_so_full_collections_stay_short(scripted, tmp_path):
+    _, data, server, out = solvable_batch(scripted, tmp_path, 2)
+    gc.unfreeze()
+    gc.disable()  # only the batch's own collection may free the cycle below
+    try:
+        garbage = [[]]
+        garbage[0].append(garbage)  # a cycle that only the collector can free
+        probe = weakref.ref(Probe := type("Probe", (), {}))  # noqa: N806 - kept by the cycle
+        garbage[0].append(Probe)
+        del garbage, Probe
+        summary = run(run_config(server.base_url, data, out, concurrency=2))
+    finally:
+        gc.enable()
+    assert summary["em"] == 1.0
+    assert gc.get_freeze_count() > 10_000  # the modules and problems, at least
+    assert probe() is None  # collected before the freeze, not kept for good
 
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(scripted, tmp_path):

@@ -149,7 +149,7 @@ def graph_nodes(topology: str, **options) -> set[str]:
     ctx = offline_context(topology)
     team = Team.resolve(topology, TeamOptions(**options))
     if topology == "centralized":
-        graph = centralized.build(ctx, team, steps=[], log=[])
+        graph = centralized.build()
     else:
         graph = MODULES[topology].build(ctx, team)
     graph.compile()  # an uncompiled, valid graph
@@ -183,3 +183,26 @@ def test_a_bundle_prompt_reaches_every_agent_of_its_role(topology, role):
     assert systems and all(s.startswith("CUSTOM PROMPT.") for s in systems)
     if role == "manager":
         assert systems[0].startswith("CUSTOM PROMPT. Team:\n- coder: ")
+
+
+def test_seed_prompts_are_read_once_per_batch_and_a_bundle_needs_no_file(monkeypatch):
+    from lcb.teams import common
+
+    reads: list[tuple[str, str]] = []
+
+    def counting(team: str, role: str) -> str:
+        reads.append((team, role))
+        return f"seed text of {role}"
+
+    monkeypatch.setattr(common, "load_role_prompt", counting)
+    runtime = make_runtime("http://127.0.0.1:9/v1")
+    prompts = [TeamContext(problem=make_problem(qid), team="single", runtime=runtime)
+               .system_prompt("solver") for qid in ("P_1", "P_2", "P_3")]
+    bundled = TeamContext(problem=make_problem(), team="single",
+                          runtime=runtime).system_prompt("solver", {"solver": "tuned"})
+    assert reads == [("single", "solver")]
+    assert all(p.startswith("seed text of solver") for p in prompts)
+    assert bundled.startswith("tuned")
+    fresh = make_runtime("http://127.0.0.1:9/v1")  # a new batch reads the file again
+    TeamContext(problem=make_problem(), team="single", runtime=fresh).system_prompt("solver")
+    assert len(reads) == 2

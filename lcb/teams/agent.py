@@ -18,6 +18,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 
 from lcb.extract import extract_code
 from lcb.llm import ModelCallError
@@ -96,37 +99,57 @@ def _wants_tools(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
 
 
-def build_agent_graph(spec: AgentSpec, ctx: TeamContext) -> StateGraph:
-    """The uncompiled loop graph for one agent (state: `AgentState`)."""
+@dataclass(frozen=True)
+class AgentBinding:
+    """The agent a run of the loop belongs to: LangGraph's run context (`Runtime.context`)."""
 
-    async def model_node(state: AgentState) -> dict[str, Any]:
-        turn = state["turns"] + 1
-        try:
-            reply = await ctx.ask(spec, state["messages"], turn=turn)
-        except ModelCallError as err:
-            return {"turns": turn, "error": str(err)}
-        return {"turns": turn, "messages": [reply]}
+    spec: AgentSpec
+    ctx: TeamContext
 
-    async def tool_node(state: AgentState) -> dict[str, Any]:
-        last = state["messages"][-1]
-        if not isinstance(last, AIMessage):  # unreachable through `route`; keeps types honest
-            return {}
-        replies = await run_tool_calls(last, spec.tools)
-        ctx.ledger.add_tool_calls(spec.role, len(replies))
-        return {"messages": replies}
 
-    def route(state: AgentState) -> str:
-        if state["error"] or state["turns"] >= spec.max_turns:
-            return END
-        return "tools" if _wants_tools(state["messages"][-1]) else END
+async def _model_node(state: AgentState, runtime: Runtime[AgentBinding]) -> dict[str, Any]:
+    spec, ctx = runtime.context.spec, runtime.context.ctx
+    turn = state["turns"] + 1
+    try:
+        reply = await ctx.ask(spec, state["messages"], turn=turn)
+    except ModelCallError as err:
+        return {"turns": turn, "error": str(err)}
+    return {"turns": turn, "messages": [reply]}
 
-    graph = StateGraph(AgentState)
-    graph.add_node("model", model_node)
-    graph.add_node("tools", tool_node)
+
+async def _tool_node(state: AgentState, runtime: Runtime[AgentBinding]) -> dict[str, Any]:
+    spec, ctx = runtime.context.spec, runtime.context.ctx
+    last = state["messages"][-1]
+    if not isinstance(last, AIMessage):  # unreachable through `_route`; keeps types honest
+        return {}
+    replies = await run_tool_calls(last, spec.tools)
+    ctx.ledger.add_tool_calls(spec.role, len(replies))
+    return {"messages": replies}
+
+
+def _route(state: AgentState, runtime: Runtime[AgentBinding]) -> str:
+    if state["error"] or state["turns"] >= runtime.context.spec.max_turns:
+        return END
+    return "tools" if _wants_tools(state["messages"][-1]) else END
+
+
+def build_agent_graph() -> StateGraph:
+    """The uncompiled loop graph (state: `AgentState`). It is the same for every agent: the
+    agent comes with each run, as its `AgentBinding` context."""
+    graph = StateGraph(AgentState, context_schema=AgentBinding)
+    graph.add_node("model", _model_node)
+    graph.add_node("tools", _tool_node)
     graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_conditional_edges("model", _route, ["tools", END])
     graph.add_edge("tools", "model")
     return graph
+
+
+@functools.cache
+def agent_loop() -> CompiledStateGraph:
+    """The loop, compiled once per process and shared by all runs (building and compiling a
+    graph costs ~10 ms of CPU, which a batch of concurrent agents would pay in series)."""
+    return build_agent_graph().compile()
 
 
 def last_program(messages: Sequence[BaseMessage]) -> str | None:
@@ -146,9 +169,10 @@ async def run_agent(
     opening = [HumanMessage(user)] if isinstance(user, str) else list(user)
     state: AgentState = {"messages": [SystemMessage(spec.system_prompt), *opening],
                          "turns": 0, "error": None}
-    graph = build_agent_graph(spec, ctx).compile()
     try:
-        final = await graph.ainvoke(state, config={"recursion_limit": 2 * spec.max_turns + 4})
+        final = await agent_loop().ainvoke(
+            state, config={"recursion_limit": 2 * spec.max_turns + 4},
+            context=AgentBinding(spec, ctx))
     except Exception as err:  # noqa: BLE001 - a crash is this agent's result, not its siblings'
         error = f"agent {spec.agent!r} crashed: {type(err).__name__}: {_clip(str(err))}"
         final = {**state, "error": error}

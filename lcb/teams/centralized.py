@@ -100,10 +100,10 @@ def manager_spec(ctx: TeamContext, team: Team, tools: tuple[BaseTool, ...],
                        max_turns=turn_cap(len(workers)))
 
 
-def build(ctx: TeamContext, team: Team, *, steps: list[Step], log: list[dict[str, Any]],
-          bundle: Mapping[str, str] | None = None) -> StateGraph:
-    """The uncompiled team graph (the manager's loop); worker runs land in `steps` and `log`."""
-    return build_agent_graph(manager_agent(ctx, team, steps, log, bundle), ctx)
+def build() -> StateGraph:
+    """The uncompiled team graph: the agent loop, run by the manager (`manager_agent`, whose
+    `delegate` tool runs the workers, comes with each run)."""
+    return build_agent_graph()
 
 
 def manager_agent(ctx: TeamContext, team: Team, steps: list[Step], log: list[dict[str, Any]],

@@ -2,7 +2,8 @@
 
 Contract:
 - `TeamRuntime` is built once per batch: the model gateway (request semaphore, retries, usage;
-  see `lcb.llm`), the `python_exec` tool with its bounded pool, and batch-wide usage totals.
+  see `lcb.llm`), the `python_exec` tool with its bounded pool, batch-wide usage totals, and
+  the seed role prompts (each file read once per batch).
 - `TeamContext` is one team run on one problem: it tags every model call with the problem, the
   team, the agent's role and id and the turn, derives the request seed from the run seed and
   that identity, and counts usage in its own ledger (forwarded to the runtime's totals).
@@ -93,6 +94,15 @@ class TeamRuntime:
         workers = min(exec_workers or cores, cores)
         self.python_exec = python_exec or make_python_exec(workers=workers)
         self.usage = UsageLedger(keep_calls=False)
+        self._seed_prompts: dict[tuple[str, str], str] = {}
+
+    def seed_prompt(self, team: str, role: str) -> str:
+        """`role`'s seed prompt file of `team`, read once per batch: every problem of a batch
+        sees the same text, even if the file changes while the batch runs."""
+        key = (team, role)
+        if key not in self._seed_prompts:
+            self._seed_prompts[key] = load_role_prompt(team, role)
+        return self._seed_prompts[key]
 
     async def aclose(self) -> None:
         """Close the HTTP client and stop the code-run pool (when the runtime made it)."""
@@ -133,7 +143,7 @@ class TeamContext:
 
     def system_prompt(self, role: str, bundle: Mapping[str, str] | None = None) -> str:
         """`role`'s prompt (from `bundle`, else the seed file of this team) + output contract."""
-        text = (bundle or {}).get(role) or load_role_prompt(self.team, role)
+        text = (bundle or {}).get(role) or self.runtime.seed_prompt(self.team, role)
         return with_contract(text, mode=self.problem.mode, fn_name=self.problem.fn_name)
 
     def result(

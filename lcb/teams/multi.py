@@ -30,7 +30,7 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.graph import StateGraph
 
-from lcb.prompts import SEED_ROLES, load_role_prompt, with_contract
+from lcb.prompts import SEED_ROLES, with_contract
 from lcb.teams.agent import AgentRun, run_agent
 from lcb.teams.common import DEFAULT_MAX_TURNS, AgentSpec, TeamContext, TeamResult
 from lcb.teams.formats import compliance, with_format
@@ -75,7 +75,7 @@ class Team:
 
 def role_text(ctx: TeamContext, role: str, bundle: Mapping[str, str] | None) -> str:
     """The editable prompt of `role`: the bundle's text, else the seed file of this team."""
-    return (bundle or {}).get(role) or load_role_prompt(ctx.team, role)
+    return (bundle or {}).get(role) or ctx.runtime.seed_prompt(ctx.team, role)
 
 
 def member_spec(

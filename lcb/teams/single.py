@@ -28,9 +28,9 @@ def solver(ctx: TeamContext, bundle: Mapping[str, str] | None = None) -> AgentSp
                      tools=(ctx.runtime.python_exec,))
 
 
-def build(ctx: TeamContext, bundle: Mapping[str, str] | None = None) -> StateGraph:
-    """The team as an uncompiled graph: the solver's agent loop."""
-    return build_agent_graph(solver(ctx, bundle), ctx)
+def build() -> StateGraph:
+    """The team as an uncompiled graph: the agent loop (the solver comes with each run)."""
+    return build_agent_graph()
 
 
 async def run(ctx: TeamContext, *, bundle: Mapping[str, str] | None = None,
