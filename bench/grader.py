@@ -12,7 +12,9 @@ problem (so every test runs). It is graded by:
   (c) one fresh `python -c` per test, `--jobs` at a time (the predecessor's way).
 It prints wall times, the ratios against the targets (ours <= 1/2 of (b), <= 1/30 of (c)), a
 per-mode breakdown (our warm pool without start-up against (b), stdin and functional programs
-apart), and the cost of one time-limited program under our grader (target <= 6.5 s).
+apart), (d) the fork floor: what one bare fork+exit per stdin test costs in processes like
+our workers, and the ratio (a) would have if our stdin grading cost only that, and the cost of
+one time-limited program under our grader (target <= 6.5 s).
 """
 
 from __future__ import annotations
@@ -181,6 +183,44 @@ def time_per_test(problems: list, predictions: list[dict], jobs: int) -> tuple[f
     return time.perf_counter() - started, len(problems) - len(failed)
 
 
+FORK_FLOOR = """
+import gc, os, sys, time
+sys.path.insert(0, {root!r})
+from lcb.grading import child
+from lcb.grading.prelude import import_prelude_modules
+import_prelude_modules()
+child.prelude_module("__main__")
+gc.freeze()
+n = int(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+started = time.perf_counter()
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+print(time.perf_counter() - started, flush=True)
+"""
+
+
+def time_fork_floor(n_tests: int, jobs: int) -> float:
+    """The least any process-per-test grader pays for `n_tests` stdin tests here: `jobs`
+    prelude-loaded interpreters (like our workers) fork a child per test that exits at once
+    (no program, no I/O, no containment), started together; the slowest one's time."""
+    script = FORK_FLOOR.format(root=str(ROOT))
+    shares = [n_tests // jobs + (i < n_tests % jobs) for i in range(jobs)]
+    procs = [subprocess.Popen([sys.executable, "-s", "-S", "-c", script, str(n)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) for n in shares]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    return max(float(proc.communicate()[0]) for proc in procs)
+
+
 def time_limit_cost(problems: list) -> dict[str, float]:
     """Wall time of grading one program that never ends, per mode, on a warm pool."""
     from lcb.grading import GradingPool
@@ -225,11 +265,21 @@ def main() -> None:
                   f"   ours/per-test = {ours / per_test:.4f} = 1/{per_test / ours:.1f} "
                   f"(target <= 1/30)")
         half = len(problems) // 2
+        pool_s = {}
         for label, part in (("stdin", slice(0, half)), ("functional", slice(half, None))):
             ours_part, _ = time_pool(problems[part], predictions[part], args.jobs)
             official_part, _ = time_official(problems[part], predictions[part], args.jobs)
+            pool_s[label] = ours_part
             print(f"    {label:10} programs only: warm pool {ours_part:6.2f} s, official "
                   f"{official_part:6.2f} s, ratio {ours_part / official_part:.3f}")
+        stdin_tests = sum(len(p.private_tests) for p in problems[:half])
+        floor = time_fork_floor(stdin_tests, args.jobs)
+        best = ours - pool_s["stdin"] + floor
+        print(f"(d) fork floor: {stdin_tests} bare fork+exit+wait in {args.jobs} prelude-loaded "
+              f"processes {floor:6.2f} s ({floor / stdin_tests * args.jobs * 1000:.2f} ms per "
+              f"test per worker; ours {pool_s['stdin'] / stdin_tests * args.jobs * 1000:.2f})")
+        print(f"    (a) with its stdin grading at that floor: {best:.2f} s = "
+              f"{best / official:.3f} of (b): the least a process per stdin test reaches here")
         for mode, cost in time_limit_cost(problems).items():
             print(f"time-limited {mode} program: {cost:.2f} s (target <= 6.5 s)")
     finally:
