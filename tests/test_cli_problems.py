@@ -179,16 +179,3 @@ def test_lcb_score_does_not_import_langchain_or_the_optimizers():
                           timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
-
-
-def test_main_freezes_what_imports_made_and_leaves_the_collector_on(monkeypatch, capsys):
-    import gc
-
-    import lcb.cli
-
-    gc.unfreeze()
-    monkeypatch.setattr(sys, "argv", ["lcb", "problems", "--help"])
-    with pytest.raises(SystemExit) as stopped:
-        lcb.cli.main()
-    assert stopped.value.code == 0 and "--data" in capsys.readouterr().out
-    assert gc.isenabled() and gc.get_freeze_count() > 10_000
