@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcb.runner import run_batch  # noqa: E402
+from lcb.runs.runner import run_batch  # noqa: E402
 from tests import scripted_server as scripted  # noqa: E402
 from tests.helpers_runner import (  # noqa: E402
     RIGHT,

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lcb.data.problems import decode_row, encode_private_tests  # noqa: E402
 from lcb.grading.prelude import PRELUDE  # noqa: E402
-from lcb.problems import decode_row, encode_private_tests  # noqa: E402
 
 N_PROBLEMS = 32
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from langchain_core.tools import BaseTool
 
-from lcb.models import ModelConfig
-from lcb.problems import Mode, Problem, Test
+from lcb.agents.models import ModelConfig
+from lcb.agents.tools import make_python_exec
+from lcb.data.problems import Mode, Problem, Test
 from lcb.teams import TeamResult, TeamRuntime, solve
-from lcb.tools import make_python_exec
 
 MODEL = "scripted-model"
 
@@ -32,7 +32,7 @@ def model_config(base_url: str, **overrides) -> ModelConfig:
 
 @dataclass(frozen=True)
 class FakeRun:
-    """Shaped like `lcb.sandbox.RunResult`."""
+    """Shaped like `lcb.grading.sandbox.RunResult`."""
 
     stdout: str
     stderr: str = ""

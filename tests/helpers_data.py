@@ -1,7 +1,7 @@
 """Fixture rows in the official code_generation_lite format, and files/caches holding them.
 
 The problems are our own toy tasks; private tests are encoded the official way
-(base64(zlib(pickle(JSON text)))) with `lcb.problems.encode_private_tests`.
+(base64(zlib(pickle(JSON text)))) with `lcb.data.problems.encode_private_tests`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lcb.hub import HUB_DATASET
+from lcb.data.hub import HUB_DATASET
 
 FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _encode(cases: list[dict]) -> str:
-    from lcb.problems import encode_private_tests
+    from lcb.data.problems import encode_private_tests
 
     return encode_private_tests(cases)
 

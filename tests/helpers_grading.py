@@ -6,7 +6,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lcb.problems import Mode, Problem, Test
+from lcb.data.problems import Mode, Problem, Test
 
 
 def make_problem(tests: list[tuple[str, str]], *, mode: Mode = Mode.STDIN,

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from lcb.agents.prompts import seed_bundle
+from lcb.data.problems import Mode, Problem
 from lcb.optimize.artifacts import (
     JobResult,
     TestReport,
@@ -46,8 +48,6 @@ from lcb.optimize.methods.reflection import BEGIN_MARK, END_MARK
 from lcb.optimize.rollout import ROLLOUT_LOG
 from lcb.optimize.splits import Splits
 from lcb.optimize.teamrun import TeamCell
-from lcb.problems import Mode, Problem
-from lcb.prompts import seed_bundle
 from lcb.teams import TeamResult
 from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
 from tests.scripted_server import message_text

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lcb.datasets import load_problems
+from lcb.agents.prompts import seed_bundle
+from lcb.data.datasets import load_problems
+from lcb.data.problems import Problem
+from lcb.data.samples import reference_solution
 from lcb.grading import GradingPool
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.job import JobConfig
@@ -20,9 +23,6 @@ from lcb.optimize.method import OptimizeContext, Rollout
 from lcb.optimize.rollout import JobContext, Reflector, reflection_config
 from lcb.optimize.splits import Splits, load_optimizer_data, splits_from_loaded
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.problems import Problem
-from lcb.prompts import seed_bundle
-from lcb.samples import reference_solution
 from lcb.teams import TeamRuntime
 from tests.helpers_agents import fenced, model_config
 from tests.scripted_server import Reply, message_text

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from lcb.agents.models import ModelConfig
 from lcb.cli.run_cmd import ENTRY_MODULES
-from lcb.models import ModelConfig
-from lcb.rundir import RunPaths
-from lcb.runner import RunConfig
+from lcb.runs.rundir import RunPaths
+from lcb.runs.runner import RunConfig
 from tests.helpers_data import stdin_row, write_jsonl
 from tests.scripted_server import Reply, keyed
 

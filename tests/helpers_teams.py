@@ -2,7 +2,7 @@
 
 Requests are told apart by what the harness puts in them: the role by the start of the system
 prompt (each role's seed prompt text), the replica or peer by the request seed (derived from
-the agent id, see `lcb.llm.request_seed`), the problem by its statement.
+the agent id, see `lcb.agents.llm.request_seed`), the problem by its statement.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from lcb.llm import request_seed
-from lcb.problems import Problem
-from lcb.prompts import load_role_prompt
+from lcb.agents.llm import request_seed
+from lcb.agents.prompts import load_role_prompt
+from lcb.data.problems import Problem
 from lcb.teams import centralized, decentralized, independent, sequential
 from lcb.teams.common import TeamContext, TeamResult, TeamRuntime
 from lcb.teams.formats import JSON_CLOSE, JSON_OPEN, CommFormat

@@ -7,10 +7,10 @@ import time
 
 from langchain_core.tools import StructuredTool
 
+from lcb.agents.tools import TOOL_NAME
 from lcb.teams import TeamContext
 from lcb.teams.agent import AgentRun, agent_loop, run_agent
 from lcb.teams.common import AgentSpec
-from lcb.tools import TOOL_NAME
 from tests.helpers_agents import EchoRunner, fenced, make_problem, make_runtime, solve_all
 from tests.scripted_server import (
     Reply,

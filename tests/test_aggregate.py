@@ -231,7 +231,7 @@ def test_interrupted_optimization_refuses_to_restart_silently(tmp_path):
 
 
 def test_evaluation_records_resume_per_item_and_pair_up(tmp_path):
-    from lcb.records import RecordLog
+    from lcb.runs.records import RecordLog
 
     path = eval_path(tmp_path, phase="test", label="seed")
     with RecordLog(path) as log:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lcb.agents.prompts import SEED_ROLES, seed_bundle
 from lcb.optimize.bundle import (
     BundleError,
     bundle_hash,
@@ -18,7 +19,6 @@ from lcb.optimize.bundle import (
     updated,
     validate_bundle,
 )
-from lcb.prompts import SEED_ROLES, seed_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = {"manager": "Lead the team.\nYour workers:\n{workers}", "coder": "Write Python 3 code."}

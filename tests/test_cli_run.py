@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from lcb.cli import app
 from lcb.cli.run_cmd import _Entry, _entry_app
-from lcb.records import read_records
+from lcb.runs.records import read_records
 from lcb.teams import TEAMS
 from tests.helpers_runner import (
     MODEL,

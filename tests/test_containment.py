@@ -169,9 +169,9 @@ def test_reading_stdin_forever_gets_eof():
 
 
 def test_socket_connect_is_contained_in_process_tier():
-    # The process tier does not cut the network (see lcb.sandbox): a program that connects and
-    # then waits on the socket forever is stopped at the time limit. Loopback only: tests never
-    # send traffic anywhere else.
+    # The process tier does not cut the network (see lcb.grading.sandbox): a program that
+    # connects and then waits on the socket forever is stopped at the time limit. Loopback
+    # only: tests never send traffic anywhere else.
     with loopback_listener() as port:
         program = (f"import socket\nconn = socket.create_connection(('127.0.0.1', {port}))\n"
                    "print('connected', flush=True)\nconn.recv(1)\n")

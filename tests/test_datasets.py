@@ -1,4 +1,5 @@
-"""lcb.datasets with local sources: filters, windowing, lazy decoding, skipped rows, formats."""
+"""lcb.data.datasets with local sources: filters, windowing, lazy decoding, skipped rows,
+formats."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import types
 import pytest
 from helpers_data import functional_row, mixed_rows, stdin_row, write_jsonl, write_parquet
 
-from lcb import problems
-from lcb.datasets import DataError, Selection, load_problems
+from lcb.data import problems
+from lcb.data.datasets import DataError, Selection, load_problems
 
 
 @pytest.fixture
@@ -213,14 +214,14 @@ def test_unusable_local_sources_raise_data_error(tmp_path, make, message):
 
 def test_sample_source_reads_the_bundled_rows(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "sample.jsonl", mixed_rows()[:3])
-    monkeypatch.setitem(sys.modules, "lcb.samples", types.SimpleNamespace(SAMPLE_ROWS=path))
+    monkeypatch.setitem(sys.modules, "lcb.data.samples", types.SimpleNamespace(SAMPLE_ROWS=path))
     loaded = load_problems("sample", selection=Selection(limit=2))
     assert [p.id for p in loaded.problems] == ["p1", "p2"]
     assert loaded.source["kind"] == "sample" and loaded.source["path"] == str(path)
 
 
 def test_the_real_bundled_sample_loads_cleanly():
-    from lcb.samples import DEMO_IDS
+    from lcb.data.samples import DEMO_IDS
 
     loaded = load_problems("sample")
     assert len(loaded.problems) >= 12 and loaded.skipped == []

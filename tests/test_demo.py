@@ -8,9 +8,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from lcb.cli import app
-from lcb.datasets import Selection, load_problems
-from lcb.demo import grade_references, run_demo
-from lcb.samples import DEMO_IDS, reference_solution, sample_ids
+from lcb.data.datasets import Selection, load_problems
+from lcb.data.samples import DEMO_IDS, reference_solution, sample_ids
+from lcb.runs.demo import grade_references, run_demo
 from tests.helpers_runner import REPO, entry_argv, model_config, subprocess_env
 from tests.scripted_server import (
     keyed,

@@ -312,7 +312,7 @@ def test_worker_imports_stay_slim():
     assert {"lcb.grading.supervisor", "lcb.grading.default", "statistics"} <= loaded
     assert not loaded & {"asyncio", "threading", "subprocess", "langchain_core", "langgraph"}
     assert not loaded & {"dataclasses", "inspect", "ast", "pathlib", "shutil", "tempfile",
-                         "lzma", "bz2", "lcb.problems", "lcb.grading.grades"}
+                         "lzma", "bz2", "lcb.data.problems", "lcb.grading.grades"}
 
 
 def test_programs_import_installed_packages_as_before(pool):

@@ -1,4 +1,4 @@
-"""lcb.hub and the eval-ID manifest, offline: huggingface_hub reads a cache laid out in tmp."""
+"""lcb.data.hub and the eval-ID manifest, offline: huggingface_hub reads a cache laid out in tmp."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import warnings
 import pytest
 from helpers_data import FAKE_SHA, make_hub_cache, stdin_row
 
-from lcb import manifest
-from lcb.datasets import DataError, Selection, load_problems
-from lcb.hub import REVISION_ENV, release_files
-from lcb.manifest import EvalIdMismatch, ManifestError, check_eval_order, eval_ids
+from lcb.data import manifest
+from lcb.data.datasets import DataError, Selection, load_problems
+from lcb.data.hub import REVISION_ENV, release_files
+from lcb.data.manifest import EvalIdMismatch, ManifestError, check_eval_order, eval_ids
 
 FROZEN = ("1873_A 1873_B 1873_D 1883_B 1883_C 1899_A 1899_B 1899_C 1899_D 2727 2728 2730 2754 "
           "2755 2756 2757 2777 2779 2784 2785 2786 2791 2792 2800 2802 2808 2810 2811 2812 2816 "
@@ -71,7 +71,7 @@ def test_hub_release_loads_cached_files_in_order_and_records_the_commit(hub_cach
     assert [p.id for p in load_problems(release="v2_v3").problems] == ["b1", "c1"]
 
 
-@pytest.mark.filterwarnings("ignore::lcb.manifest.EvalIdMismatch")
+@pytest.mark.filterwarnings("ignore::lcb.data.manifest.EvalIdMismatch")
 def test_hub_revision_comes_from_argument_or_environment(hub_cache, monkeypatch):
     other = "f" * 40
     make_hub_cache(hub_cache, {"test.jsonl": rows("main1")})

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from lcb.prompts import load_role_prompt
+from lcb.agents.prompts import load_role_prompt
+from lcb.agents.tools import TOOL_NAME
 from lcb.teams.formats import CommFormat
 from lcb.teams.layouts import TEAM_SIZES, team_layout
 from lcb.teams.options import TeamOptions
-from lcb.tools import TOOL_NAME
 
 TOPOLOGIES = ("independent", "sequential", "centralized", "decentralized")
 

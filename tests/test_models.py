@@ -10,8 +10,8 @@ import time
 import pytest
 from langchain_core.messages import HumanMessage
 
-from lcb.llm import ModelCallError, ModelGateway, request_seed
-from lcb.models import (
+from lcb.agents.llm import ModelCallError, ModelGateway, request_seed
+from lcb.agents.models import (
     MODEL_ALIASES,
     EndpointError,
     ModelConfig,
@@ -19,7 +19,7 @@ from lcb.models import (
     new_http_client,
     tls_context,
 )
-from lcb.usage import CallTag, UsageLedger
+from lcb.agents.usage import CallTag, UsageLedger
 from tests.helpers_agents import MODEL, model_config
 from tests.scripted_server import Reply, failures, scripted_server
 

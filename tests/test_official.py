@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from lcb.data.problems import Mode
+from lcb.data.problems import Test as Case
 from lcb.grading.official import (
     ChildRun,
     OfficialGraderMissing,
@@ -18,8 +20,6 @@ from lcb.grading.official import (
     to_grade,
 )
 from lcb.grading.verdicts import Verdict
-from lcb.problems import Mode
-from lcb.problems import Test as Case
 from tests.cgroup_guard import pids_guard
 from tests.probes.problems import MINMAX, SUM
 

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from lcb.agents.prompts import seed_bundle
 from lcb.optimize import methods
 from lcb.optimize.artifacts import (
     InterruptedOptimization,
@@ -26,7 +27,6 @@ from lcb.optimize.rollout import ROLLOUT_LOG
 from lcb.optimize.seeds import evaluation_scope
 from lcb.optimize.splits import Splits
 from lcb.optimize.teamrun import TeamCell
-from lcb.prompts import seed_bundle
 from tests.helpers_agents import MODEL
 from tests.helpers_optimize import (
     PROBE_EDIT,

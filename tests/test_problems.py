@@ -1,4 +1,4 @@
-"""lcb.problems: row decoding, the data-only unpickler, and every malformed-row error."""
+"""lcb.data.problems: row decoding, the data-only unpickler, and every malformed-row error."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import zlib
 import pytest
 from helpers_data import functional_row, stdin_row
 
-from lcb.problems import (
+from lcb.data.problems import (
     REQUIRED_FIELDS,
     Mode,
     RowError,

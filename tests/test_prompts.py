@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lcb import prompts
-from lcb.extract import extract_code
-from lcb.problems import Mode, Problem
-from lcb.problems import Test as Case
-from lcb.prompts import (
+from lcb.agents import prompts
+from lcb.agents.prompts import (
     OUTPUT_CONTRACT,
     PromptError,
     fill_placeholders,
@@ -25,6 +22,9 @@ from lcb.prompts import (
     seed_bundle,
     with_contract,
 )
+from lcb.data.problems import Mode, Problem
+from lcb.data.problems import Test as Case
+from lcb.runs.extract import extract_code
 
 OFFICIAL_SOURCE = (
     Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"

@@ -4,8 +4,14 @@ import json
 
 import pytest
 
-from lcb.records import Record, RecordLog, RecordsError, pass_at_1, read_records, summarize
-from lcb.rundir import OutputError, RunPaths, read_transcript, update_manifest, write_transcript
+from lcb.runs.records import Record, RecordLog, RecordsError, pass_at_1, read_records, summarize
+from lcb.runs.rundir import (
+    OutputError,
+    RunPaths,
+    read_transcript,
+    update_manifest,
+    write_transcript,
+)
 
 
 def rec(rid: str, em: int, *, code: str | None = "print(1)", difficulty: str = "easy",
@@ -176,7 +182,7 @@ def test_pass_at_1_averages_each_problems_share_over_problems():
 
 def test_summaries_of_runs_scores_and_jobs_all_use_pass_at_1():
     from lcb.optimize.artifacts import ItemOutcome, JobResult
-    from lcb.scoring import summarize_scores
+    from lcb.runs.scoring import summarize_scores
 
     rows = [{"id": "a", "em": 1, "difficulty": "hard", "platform": "x"},
             {"id": "b", "em": 0, "difficulty": "easy", "platform": "x"},

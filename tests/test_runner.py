@@ -8,11 +8,11 @@ import weakref
 
 import pytest
 
-from lcb.models import EndpointError
-from lcb.progress import BatchProgress
-from lcb.records import read_records
-from lcb.rundir import OutputError, read_transcript
-from lcb.runner import BatchAborted, check_grading, run_batch
+from lcb.agents.models import EndpointError
+from lcb.runs.progress import BatchProgress
+from lcb.runs.records import read_records
+from lcb.runs.rundir import OutputError, read_transcript
+from lcb.runs.runner import BatchAborted, check_grading, run_batch
 from tests.helpers_runner import (
     MODEL,
     RIGHT,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from lcb.problems import Mode, Problem, decode_row, decode_test_cases
-from lcb.samples import (
+from lcb.data.problems import Mode, Problem, decode_row, decode_test_cases
+from lcb.data.samples import (
     DEMO_IDS,
     SAMPLE_ROWS,
     SOLUTIONS_DIR,

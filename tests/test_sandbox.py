@@ -1,4 +1,4 @@
-"""`lcb.sandbox.run_python` (the agents' python_exec), one property per test.
+"""`lcb.grading.sandbox.run_python` (the agents' python_exec), one property per test.
 
 Runs that could misbehave run inside the outer pids-cgroup guard (tests/cgroup_guard.py).
 """
@@ -13,7 +13,7 @@ from cgroup_guard import pids_guard
 from helpers_grading import FORK_BOMB, loopback_listener, setsid_escape
 
 import lcb.grading.launch as launch
-from lcb.sandbox import RunResult, SandboxUnavailable, check_sandbox, run_python
+from lcb.grading.sandbox import RunResult, SandboxUnavailable, check_sandbox, run_python
 
 
 def guarded_run(code: str, stdin: str = "", **kwargs) -> RunResult:

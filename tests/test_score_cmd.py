@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lcb.cli import app
-from lcb.samples import reference_solution, sample_ids
-from lcb.scoring import parse_line, summarize_scores, summary_path
+from lcb.data.samples import reference_solution, sample_ids
+from lcb.runs.scoring import parse_line, summarize_scores, summary_path
 
 WRONG = "print('certainly not the answer')\n"
 

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from lcb import teams
-from lcb.problems import Mode, Problem
-from lcb.problems import Test as Case
-from lcb.prompts import load_role_prompt, question_prompt, with_contract
+from lcb.agents.prompts import load_role_prompt, question_prompt, with_contract
+from lcb.agents.tools import TOOL_NAME
+from lcb.data.problems import Mode, Problem
+from lcb.data.problems import Test as Case
 from lcb.teams import TEAMS, TeamResult, solve
-from lcb.tools import TOOL_NAME
 from tests.helpers_agents import fenced, make_problem, make_runtime, solve_all
 from tests.scripted_server import Reply, ToolCall, failures, keyed, scripted_server
 

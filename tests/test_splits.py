@@ -9,9 +9,9 @@ import pytest
 from helpers_data import stdin_row, write_jsonl
 from typer.testing import CliRunner
 
-from lcb import problems as problems_module
 from lcb.cli import app
-from lcb.manifest import eval_ids
+from lcb.data import problems as problems_module
+from lcb.data.manifest import eval_ids
 from lcb.optimize.artifacts import SelectionDecision, seal_selection
 from lcb.optimize.splits import (
     SPLIT_SEED,
@@ -53,7 +53,7 @@ def test_the_rule_is_a_seeded_shuffle_of_the_other_rows_in_dataset_order():
 
 
 def test_the_split_is_identical_in_another_process():
-    code = ("from lcb.optimize.splits import make_splits; from lcb.manifest import eval_ids; "
+    code = ("from lcb.optimize.splits import make_splits; from lcb.data.manifest import eval_ids; "
             "import json; s = make_splits(eval_ids() + [f'x{i:03d}' for i in range(300)]); "
             "print(json.dumps([s.train, s.validation]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -155,7 +155,7 @@ def test_optimizer_data_never_decodes_or_serves_test_rows(dataset, monkeypatch):
 
 
 def test_optimizer_data_refuses_a_test_problem_handed_to_it(dataset):
-    from lcb.datasets import load_problems
+    from lcb.data.datasets import load_problems
 
     everything = load_problems(str(dataset)).problems
     splits = make_splits([p.id for p in everything])

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lcb.prompts import load_role_prompt
+from lcb.agents.prompts import load_role_prompt
 from lcb.teams import centralized
 from lcb.teams.centralized import TOOL
 from lcb.teams.common import TeamContext

@@ -6,10 +6,10 @@ import asyncio
 from functools import partial
 from pathlib import Path
 
-from lcb.datasets import Selection
-from lcb.problems import Problem
-from lcb.runner import run_batch
-from lcb.samples import reference_solution
+from lcb.data.datasets import Selection
+from lcb.data.problems import Problem
+from lcb.data.samples import reference_solution
+from lcb.runs.runner import run_batch
 from lcb.teams import TEAMS, independent
 from lcb.teams.options import TeamOptions
 from tests.helpers_agents import make_problem

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lcb.datasets import load_problems
+from lcb.agents.prompts import OUTPUT_CONTRACT
+from lcb.data.datasets import load_problems
+from lcb.data.samples import reference_solution
 from lcb.grading import grade
-from lcb.prompts import OUTPUT_CONTRACT
-from lcb.samples import reference_solution
 from lcb.teams.formats import format_contract
 from lcb.teams.layouts import SEQUENTIAL_STAGES
 from lcb.teams.options import TeamOptions

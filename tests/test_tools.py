@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from lcb.tools import MAX_FIELD_CHARS, TIMEOUT_S, clip, make_python_exec
+from lcb.agents.tools import MAX_FIELD_CHARS, TIMEOUT_S, clip, make_python_exec
 from tests.helpers_agents import EchoRunner, FakeRun
 
 
@@ -109,7 +109,7 @@ def test_importing_the_module_makes_no_thread_pool():
     import subprocess
     import sys
 
-    # Counts the pools lcb.tools creates (LangSmith makes one of its own at import).
+    # Counts the pools lcb.agents.tools creates (LangSmith makes one of its own at import).
     probe = ("import concurrent.futures as cf, sys\n"
              "made = []\n"
              "init = cf.ThreadPoolExecutor.__init__\n"
@@ -117,8 +117,8 @@ def test_importing_the_module_makes_no_thread_pool():
              "    made.append(sys._getframe(1).f_code.co_filename)\n"
              "    init(self, *a, **k)\n"
              "cf.ThreadPoolExecutor.__init__ = counting\n"
-             "import lcb.tools\n"
-             "print(sum(name.endswith('/lcb/tools.py') for name in made))\n")
+             "import lcb.agents.tools\n"
+             "print(sum(name.endswith('/lcb/agents/tools.py') for name in made))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "0"

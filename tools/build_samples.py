@@ -25,7 +25,7 @@ from sample_problems import SampleProblem, all_problems
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lcb.problems import encode_private_tests  # noqa: E402
+from lcb.data.problems import encode_private_tests  # noqa: E402
 
 DEFAULT_OUT = ROOT / "lcb" / "data" / "sample"
 ROWS_FILE = "test.jsonl"

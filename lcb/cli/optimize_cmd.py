@@ -75,7 +75,7 @@ def optimize(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
-    from lcb.models import EndpointError, ModelConfig
+    from lcb.agents.models import EndpointError, ModelConfig
     from lcb.optimize.evaluation import EvaluationIncomplete
     from lcb.optimize.job import JobConfig, run_job
     from lcb.optimize.phases import JobError

@@ -24,10 +24,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from lcb.datasets import DIFFICULTIES, PLATFORMS, DataError, Loaded, Selection, load_problems
+from lcb.data.datasets import DIFFICULTIES, PLATFORMS, DataError, Loaded, Selection, load_problems
+from lcb.data.hub import DEFAULT_RELEASE, HUB_DATASET, REVISION_ENV
 from lcb.grading.launch import SANDBOXES
 from lcb.grading.pool import GRADERS
-from lcb.hub import DEFAULT_RELEASE, HUB_DATASET, REVISION_ENV
 
 Difficulty = StrEnum("Difficulty", {name: name for name in DIFFICULTIES})
 Platform = StrEnum("Platform", {name: name for name in PLATFORMS})

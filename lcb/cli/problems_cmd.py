@@ -16,7 +16,7 @@ from rich.table import Table
 
 from lcb.cli.application import app
 from lcb.cli.options import DataOptions, load_or_exit, report_skipped, with_data_options
-from lcb.problems import Problem
+from lcb.data.problems import Problem
 
 
 def problem_summary(problem: Problem) -> dict:

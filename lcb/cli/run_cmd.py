@@ -1,7 +1,7 @@
 """`lcb run` and `lcb demo`: a team solves problems; the seed's topology entry points.
 
-- `lcb run --topology T …` runs a batch (see `lcb.runner`); `--batch` is accepted and implied.
-- `lcb demo` runs the two built-in problems (see `lcb.demo`).
+- `lcb run --topology T …` runs a batch (see `lcb.runs.runner`); `--batch` is accepted and implied.
+- `lcb demo` runs the two built-in problems (see `lcb.runs.demo`).
 - `topology_main(T)` backs `python -m topologies…langgraph_lcb`: no arguments -> the demo;
   `--batch …` -> the batch; other flags without `--batch` are refused.
 Exit codes: 0 done; 1 the endpoint check failed; 2 bad input or a topology not built yet;
@@ -94,7 +94,7 @@ def _require_team(topology: str) -> None:
 
 
 def _model_config(model: str | None, *, seed: int, max_requests: int, vllm_extras: bool):
-    from lcb.models import ModelConfig
+    from lcb.agents.models import ModelConfig
 
     try:
         return ModelConfig.from_env(model, seed=seed, max_concurrent_requests=max_requests,
@@ -130,14 +130,14 @@ def command_line(ctx: typer.Context, prog: str, *, skip: tuple[str, ...] = (),
 
 
 def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
-    from lcb.datasets import DataError
+    from lcb.agents.models import EndpointError
+    from lcb.data.datasets import DataError
     from lcb.grading import SandboxUnavailable
     from lcb.grading.official import OfficialGraderMissing
-    from lcb.models import EndpointError
-    from lcb.progress import print_summary
-    from lcb.records import RecordsError
-    from lcb.rundir import OutputError
-    from lcb.runner import BatchAborted, run_batch
+    from lcb.runs.progress import print_summary
+    from lcb.runs.records import RecordsError
+    from lcb.runs.rundir import OutputError
+    from lcb.runs.runner import BatchAborted, run_batch
 
     err = Console(stderr=True, soft_wrap=True)
     paths = config.paths
@@ -186,7 +186,7 @@ def _team_options(team_size: int | None, communication: str, active: list[str] |
 
 
 def _paths(out: Path | None, out_dir: Path | None, topology: str) -> Any:
-    from lcb.rundir import OutputError, RunPaths
+    from lcb.runs.rundir import OutputError, RunPaths
 
     try:
         return RunPaths.choose(out=out, out_dir=out_dir,
@@ -250,7 +250,7 @@ def run(
             _demo(chosen, model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
             return
     _require_team(chosen)
-    from lcb.runner import RunConfig
+    from lcb.runs.runner import RunConfig
 
     prog = entry.prog if entry else "lcb run"
     config = RunConfig(
@@ -269,7 +269,7 @@ def run(
 
 def _demo(topology: str, model: str | None, *, seed: int, max_requests: int,
           vllm_extras: bool) -> None:
-    from lcb.demo import run_demo
+    from lcb.runs.demo import run_demo
 
     _require_team(topology)
     config = _model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)

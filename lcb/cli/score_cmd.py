@@ -3,7 +3,7 @@
 Reads PRED.jsonl (`{"id": …, "code": …}` per line, other fields carried along), grades each
 line against the selected problems, writes one result line per input line to RESULTS.jsonl (in
 input order, flushed line by line), writes the pass@1 summary as JSON next to it
-(`RESULTS.summary.json`, see `lcb.scoring.summary_path`) and prints it as a table. Per-line
+(`RESULTS.summary.json`, see `lcb.runs.scoring.summary_path`) and prints it as a table. Per-line
 problems (bad JSON, unknown id, no code) become error lines; configuration problems (missing
 official grader, unusable data source, a RESULTS.jsonl that already holds lines: the summary
 would not count them) exit with status 2 and a one-line message.
@@ -21,7 +21,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lcb import scoring
 from lcb.cli.application import app
 from lcb.cli.options import (
     GRADER_HELP,
@@ -34,9 +33,10 @@ from lcb.cli.options import (
     report_skipped,
     with_data_options,
 )
-from lcb.datasets import Loaded, Selection
+from lcb.data.datasets import Loaded, Selection
 from lcb.grading import SandboxUnavailable
 from lcb.grading.official import OfficialGraderMissing
+from lcb.runs import scoring
 
 
 @app.command("score")

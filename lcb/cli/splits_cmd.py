@@ -25,7 +25,7 @@ from lcb.cli.options import (
     load_or_exit,
     report_skipped,
 )
-from lcb.hub import DEFAULT_RELEASE
+from lcb.data.hub import DEFAULT_RELEASE
 from lcb.optimize.splits import DEFAULT_SPLITS_PATH, SplitError, splits_from_loaded
 
 

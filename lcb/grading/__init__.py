@@ -6,10 +6,10 @@ calls them (`Solution()` once per program, or the top-level function; tuple -> l
 under `reliability_guard` and `LCB_FUNCTIONAL_MEMORY_BYTES`. Both modes prepend LiveCodeBench's
 import prelude. 6 s per test; stops at the first failing test unless `all_tests=True`.
 The "official" grader runs LiveCodeBench's own code (public then private tests); see
-`lcb.grading.official`. Containment and its limits: see `lcb.sandbox`.
+`lcb.grading.official`. Containment and its limits: see `lcb.grading.sandbox`.
 
 Example (any `Problem`; here one of the bundled samples):
-    >>> from lcb.datasets import load_problems
+    >>> from lcb.data.datasets import load_problems
     >>> from lcb.grading import grade
     >>> problem = load_problems("sample").problems[0]
     >>> g = grade(problem, "print(input())")
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 from lcb.grading.verdicts import Verdict
 
 if TYPE_CHECKING:
+    from lcb.data.problems import Problem, Test
     from lcb.grading.grades import Feedback, Grade, TestOutcome
     from lcb.grading.launch import SandboxUnavailable, check_sandbox
     from lcb.grading.pool import GradingError, GradingPool
-    from lcb.problems import Problem, Test
 
 __all__ = [
     "Feedback", "Grade", "GradingError", "GradingPool", "SandboxUnavailable", "TestOutcome",

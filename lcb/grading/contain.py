@@ -1,6 +1,6 @@
-"""Containment primitives shared by the grading worker and `lcb.sandbox.run_python`.
+"""Containment primitives shared by the grading worker and `lcb.grading.sandbox.run_python`.
 
-Stdlib only (workers import it before forking). See `lcb.sandbox` for the threat model.
+Stdlib only (workers import it before forking). See `lcb.grading.sandbox` for the threat model.
 
 - `Limits`: the resource limits a program runs under, read from the environment by the caller.
 - `PidsJail`: a cgroup-v1 pids group (made under the caller's own pids group, so an outer

@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from lcb.data.problems import Problem, Test
 from lcb.grading.contain import Limits, PidsJail, apply_limits, enter_child
 from lcb.grading.verdicts import Feedback, Grade, TestOutcome, Verdict, clip
-from lcb.problems import Problem, Test
 
 INSTALL_HINT = (
     "the official grader needs LiveCodeBench's grading code: "

@@ -12,7 +12,7 @@ Contract:
   KeyboardInterrupt: its reply is never read by a later call). Bad arguments raise
   `ValueError`/`TypeError` at once.
 - Workers get plain data (source, `Case` tuples, `Limits`) and answer plain data; the `Grade` is
-  built here, so workers never load `lcb.problems` or the grade dataclasses.
+  built here, so workers never load `lcb.data.problems` or the grade dataclasses.
 - `close()` stops the workers and kills anything left in their pids cgroups.
 """
 
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from subprocess import Popen
 from typing import Any
 
+from lcb.data.problems import Mode, Problem, Test
 from lcb.grading import launch
 from lcb.grading.contain import Limits, PidsJail
 from lcb.grading.default import grade_from_run
 from lcb.grading.grades import Grade
 from lcb.grading.process import Case
 from lcb.grading.worker import WorkerGone, recv_message, send_message
-from lcb.problems import Mode, Problem, Test
 
 TIMEOUT_S = 6.0
 GRADERS = ("default", "official")
@@ -117,7 +117,7 @@ def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
     if problem.mode is Mode.FUNCTIONAL and not problem.fn_name:
         raise ValueError(f"problem {problem.id!r} is functional but has no fn_name")
     limits = Limits.for_functional() if problem.mode is Mode.FUNCTIONAL else Limits.for_stdin()
-    # Plain data only (str, tuples): the worker never imports lcb.problems or the dataclasses.
+    # Plain data only (str, tuples): the worker never imports lcb.data.problems or the dataclasses.
     kwargs = {"source": code, "mode": str(problem.mode), "fn_name": problem.fn_name,
               "tests": tuple(Case(t.input, t.output) for t in chosen), "all_tests": all_tests,
               "timeout_s": float(timeout_s), "limits": limits}

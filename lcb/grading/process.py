@@ -34,7 +34,7 @@ from lcb.grading.verdicts import Verdict
 
 
 class Case(NamedTuple):
-    """One test as a worker receives it (an `lcb.problems.Test` has the same two fields)."""
+    """One test as a worker receives it (an `lcb.data.problems.Test` has the same two fields)."""
 
     input: str
     output: str

@@ -28,7 +28,7 @@ from typing import Any
 
 from lcb.optimize import stats
 from lcb.optimize.artifacts import Artifact, ArtifactError, JobResult, JobSpec, read_model
-from lcb.rundir import write_json
+from lcb.runs.rundir import write_json
 
 GROUP_KEYS = ("method", "dataset", "topology", "team_size", "communication", "model",
               "conformant")

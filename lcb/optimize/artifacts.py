@@ -8,8 +8,9 @@ Layout:
                               the last line of a finished optimization has kind "final"
     DIR/selection.json        `SelectionDecision`: seed vs incumbent on the full validation split;
                               sealed once (never rewritten) before any test row is loaded
-    DIR/evals/<phase>_<label>.jsonl   evaluation records (lcb.records format, one per item, plus
-                              `phase`, `bundle`, `bundle_hash`); appended, so they resume per item
+    DIR/evals/<phase>_<label>.jsonl   evaluation records (lcb.runs.records format, one per item,
+                              plus `phase`, `bundle`, `bundle_hash`); appended, so they resume
+                              per item
                               (`read_evaluations`); `paired_outcomes` joins two of them by id
     DIR/test.json             `TestReport`: the seed and deployed bundles' test scores
     DIR/result.json           `JobResult`: baseline and deployed pass@1, Δ in points, and the
@@ -31,8 +32,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from lcb.optimize.bundle import bundle_hash
-from lcb.records import RecordsError, pass_at_1, read_records
-from lcb.rundir import now_iso, write_json
+from lcb.runs.records import RecordsError, pass_at_1, read_records
+from lcb.runs.rundir import now_iso, write_json
 
 STANDARD_SPLIT_SIZES = {"train": 150, "validation": 50, "test": 50}
 STANDARD: dict[str, Any] = {"budget": 600, "temperature": 0.2, "top_p": 0.9,

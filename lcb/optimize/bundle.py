@@ -7,7 +7,7 @@ Contract:
   the same roles and texts give the same hash in any process and any key order.
 - `validate_bundle(candidate, seed=...)` accepts a proposed bundle only when it keeps exactly the
   seed's roles, every text is a non-empty string, every code fence is closed, the known
-  placeholders (`lcb.prompts.PLACEHOLDERS`) of each seed role are kept, and no unknown or
+  placeholders (`lcb.agents.prompts.PLACEHOLDERS`) of each seed role are kept, and no unknown or
   unfilled template marker is left (`{name}` or `{{name}}` outside code that the seed role did
   not already hold, `<name>`-style slots such as `<new instruction>`, `[INSERT ...]`). It
   raises `BundleError` listing every problem, and returns a fresh, whitespace-trimmed copy.
@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from lcb.prompts import PLACEHOLDERS, placeholders_in
+from lcb.agents.prompts import PLACEHOLDERS, placeholders_in
 
 Bundle = dict[str, str]
 

@@ -5,7 +5,7 @@ Contract of `evaluate(...)`:
   model has temperature 0) with the evaluation seed of (optimizer seed, phase, row)
   (`lcb.optimize.seeds.evaluation_scope`): never the bundle, so two bundles are paired item by
   item, and a bundle equal to the seed bundle reproduces the baseline.
-- Each finished item appends one record (the batch runner's record format, `lcb.runner`, plus
+- Each finished item appends one record (the batch runner's record format, `lcb.runs.runner`, plus
   `phase`, `bundle` (its label), `bundle_hash`, `infra_failure`) to
   `DIR/evals/<phase>_<label>.jsonl`, fsync-ed. On a rerun, items already recorded are skipped,
   except those whose last record is an infrastructure failure, which are tried again.
@@ -25,15 +25,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lcb.data.problems import Problem
 from lcb.optimize.artifacts import eval_path, read_evaluations
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.method import Rollout
 from lcb.optimize.seeds import evaluation_scope
 from lcb.optimize.teamrun import Failed, TeamRunner
-from lcb.problems import Problem
-from lcb.records import RecordLog, summarize
-from lcb.rundir import RunPaths
-from lcb.runner import RunConfig, build_record
+from lcb.runs.records import RecordLog, summarize
+from lcb.runs.rundir import RunPaths
+from lcb.runs.runner import RunConfig, build_record
 from lcb.teams import TeamResult
 
 log = logging.getLogger("lcb.optimize")
@@ -102,6 +102,6 @@ async def evaluate(runner: TeamRunner, problems: Sequence[Problem], spec: Evalua
 
 
 def score(records: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
-    """(passed, n) over evaluation records (one per item; see `lcb.records.summarize`)."""
+    """(passed, n) over evaluation records (one per item; see `lcb.runs.records.summarize`)."""
     summary = summarize(records.values())
     return summary["solved"], summary["n"]

@@ -29,9 +29,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lcb.datasets import load_problems
+from lcb.agents.models import ModelConfig, check_endpoint
+from lcb.agents.prompts import seed_bundle
+from lcb.data.datasets import load_problems
 from lcb.grading import GradingPool
-from lcb.models import ModelConfig, check_endpoint
 from lcb.optimize import phases
 from lcb.optimize.artifacts import Artifact, JobSpec, open_job_dir, read_history
 from lcb.optimize.method import Optimizer
@@ -39,7 +40,6 @@ from lcb.optimize.methods import get_optimizer
 from lcb.optimize.rollout import reflection_config
 from lcb.optimize.splits import DEFAULT_SPLITS_PATH, SplitError, Splits, splits_from_loaded
 from lcb.optimize.teamrun import DEFAULT_RUN_TIMEOUT_S, TeamCell
-from lcb.prompts import seed_bundle
 from lcb.teams import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from lcb.data.problems import Problem
 from lcb.grading import Grade
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.splits import OptimizerData
-from lcb.problems import Problem
 from lcb.teams import TeamResult
 
 Bundle = dict[str, str]

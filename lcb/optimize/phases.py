@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lcb.agents.models import ModelConfig
+from lcb.data.problems import Problem
 from lcb.grading import GradingPool
-from lcb.models import ModelConfig
 from lcb.optimize.artifacts import (
     Artifact,
     HistoryEntry,
@@ -37,8 +38,7 @@ from lcb.optimize.method import Optimizer
 from lcb.optimize.rollout import ROLLOUT_LOG, JobContext, Reflector
 from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.problems import Problem
-from lcb.rundir import now_iso, write_json
+from lcb.runs.rundir import now_iso, write_json
 from lcb.teams import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")

@@ -31,8 +31,10 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from lcb.llm import ModelCallError, ModelGateway
-from lcb.models import ModelConfig, resolve_model
+from lcb.agents.llm import ModelCallError, ModelGateway
+from lcb.agents.models import ModelConfig, resolve_model
+from lcb.agents.usage import CallTag, UsageLedger
+from lcb.data.problems import Problem
 from lcb.optimize.artifacts import HistoryEntry, append_history
 from lcb.optimize.budget import BudgetExhausted, BudgetLedger
 from lcb.optimize.bundle import Bundle, BundleError, check_bundle, freeze, validate_bundle
@@ -40,8 +42,6 @@ from lcb.optimize.method import ReflectionError, Rollout
 from lcb.optimize.seeds import Phase, optimize_scope, request_seed
 from lcb.optimize.splits import OptimizerData
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.problems import Problem
-from lcb.usage import CallTag, UsageLedger
 
 ROLLOUT_LOG = "rollouts.jsonl"
 REFLECTION_SAMPLING: dict[str, Any] = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 4096}

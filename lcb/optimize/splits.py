@@ -1,9 +1,9 @@
 """Train / validation / test splits, and the guards that keep test rows away from optimizers.
 
 The split rule (`make_splits`), deterministic for a given dataset:
-1. Usable rows: the rows `lcb.datasets.load_problems` decodes (rows it skips, e.g. without
+1. Usable rows: the rows `lcb.data.datasets.load_problems` decodes (rows it skips, e.g. without
    private tests, are never in any split), in dataset order.
-2. Test: the eval IDs (`lcb.manifest.eval_ids()`, release_v1's first 50 rows) that are usable
+2. Test: the eval IDs (`lcb.data.manifest.eval_ids()`, release_v1's first 50 rows) that are usable
    rows of the dataset, in manifest order. A dataset holding none of them (any other local
    file) uses the same rule as the eval IDs themselves: its first `n_test` usable rows.
 3. Pool: the other usable rows, in dataset order. `random.Random(SPLIT_SEED).shuffle(pool)`
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lcb.datasets import Loaded, Selection, load_problems
-from lcb.manifest import MANIFEST_PATH, eval_ids
+from lcb.data.datasets import Loaded, Selection, load_problems
+from lcb.data.manifest import MANIFEST_PATH, eval_ids
+from lcb.data.problems import Problem
 from lcb.optimize.artifacts import STANDARD_SPLIT_SIZES, ArtifactError, read_selection
-from lcb.problems import Problem
-from lcb.rundir import write_json
+from lcb.runs.rundir import write_json
 
 SPLIT_SEED = 20230501  # release_v1's first contest month; fixed forever for reproducibility
 STANDARD_SIZES = STANDARD_SPLIT_SIZES
@@ -153,7 +153,7 @@ def make_splits(ids: Sequence[str], *, test_ids: Sequence[str] | None = None,
                 excluded: Iterable[dict[str, str]] = ()) -> Splits:
     """Split usable row `ids` (dataset order) by the documented rule.
 
-    `test_ids` defaults to the eval IDs of `lcb.manifest`.
+    `test_ids` defaults to the eval IDs of `lcb.data.manifest`.
 
     Example:
         >>> s = make_splits([f"r{i}" for i in range(12)], test_ids=[])

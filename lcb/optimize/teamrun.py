@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+from lcb.data.problems import Problem
 from lcb.grading import Grade, GradingPool
 from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, infra_reason
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.method import Rollout
-from lcb.problems import Problem
 from lcb.teams import TEAMS, TeamResult, TeamRuntime, solve
 from lcb.teams import single as single_team
 from lcb.teams.formats import parse_format

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from lcb.problems import Problem
+from lcb.data.problems import Problem
 from lcb.teams import centralized, decentralized, independent, sequential, single
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult, TeamRuntime
 from lcb.teams.options import TeamOptions

@@ -30,8 +30,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from lcb.extract import extract_code
-from lcb.llm import ModelCallError
+from lcb.agents.llm import ModelCallError
+from lcb.runs.extract import extract_code
 from lcb.teams.common import AgentSpec, TeamContext
 
 ERROR_CLIP = 300

@@ -30,7 +30,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import StateGraph
 from pydantic import BaseModel, Field
 
-from lcb.prompts import fill_placeholders, question_prompt
+from lcb.agents.prompts import fill_placeholders, question_prompt
 from lcb.teams.agent import build_agent_graph, run_agent
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult
 from lcb.teams.multi import Step, Team, abstain, finish, member_spec, role_text

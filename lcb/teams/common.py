@@ -2,7 +2,7 @@
 
 Contract:
 - `TeamRuntime` is built once per batch: the model gateway (request semaphore, retries, usage;
-  see `lcb.llm`), the `python_exec` tool with its bounded pool, batch-wide usage totals, and
+  see `lcb.agents.llm`), the `python_exec` tool with its bounded pool, batch-wide usage totals, and
   the seed role prompts (each file read once per batch).
 - `TeamContext` is one team run on one problem: it tags every model call with the problem, the
   team, the agent's role and id and the turn, derives the request seed from the run seed and
@@ -23,12 +23,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
-from lcb.llm import ModelGateway, request_seed
-from lcb.models import ModelConfig
-from lcb.problems import Problem
-from lcb.prompts import load_role_prompt, with_contract
-from lcb.tools import make_python_exec
-from lcb.usage import CallTag, UsageLedger
+from lcb.agents.llm import ModelGateway, request_seed
+from lcb.agents.models import ModelConfig
+from lcb.agents.prompts import load_role_prompt, with_contract
+from lcb.agents.tools import make_python_exec
+from lcb.agents.usage import CallTag, UsageLedger
+from lcb.data.problems import Problem
 
 DEFAULT_MAX_TURNS = 8
 

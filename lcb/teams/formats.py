@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable
 from enum import StrEnum
 
-from lcb.extract import strip_think
+from lcb.runs.extract import strip_think
 
 
 class CommFormat(StrEnum):

@@ -20,7 +20,7 @@ from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
-from lcb.prompts import question_prompt
+from lcb.agents.prompts import question_prompt
 from lcb.teams import multi
 from lcb.teams.common import TeamContext
 from lcb.teams.multi import Outcome, Step, Team, TeamState

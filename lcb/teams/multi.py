@@ -15,7 +15,7 @@ Contract:
   in an error or at the turn cap sent no message and are not counted.
 - `abstain` is the result of a team with no active agent: no model call, no program, no error.
 - `Team.resolve` raises ValueError (a configuration error) for a bundle role the topology does
-  not have (`lcb.prompts.SEED_ROLES`), an unknown agent id in the mask, or a bad team size.
+  not have (`lcb.agents.prompts.SEED_ROLES`), an unknown agent id in the mask, or a bad team size.
 - `graph_team(...)` makes a topology's run function from its graph builder and conclusion.
 """
 
@@ -30,7 +30,7 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.graph import StateGraph
 
-from lcb.prompts import SEED_ROLES, with_contract
+from lcb.agents.prompts import SEED_ROLES, with_contract
 from lcb.teams.agent import AgentRun, run_agent
 from lcb.teams.common import DEFAULT_MAX_TURNS, AgentSpec, TeamContext, TeamResult
 from lcb.teams.formats import compliance, with_format

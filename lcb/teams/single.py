@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from langgraph.graph import StateGraph
 
-from lcb.prompts import question_prompt
+from lcb.agents.prompts import question_prompt
 from lcb.teams.agent import build_agent_graph, run_agent
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult
 from lcb.teams.options import TeamOptions

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from lcb.problems import Mode, Problem, Test
+from lcb.data.problems import Mode, Problem, Test
 
 
 def _problem(pid: str, mode: Mode, cases: list[tuple[str, str]], *, fn_name: str | None = None,

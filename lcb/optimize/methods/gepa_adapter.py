@@ -28,6 +28,8 @@ from typing import Any
 
 from gepa.core.adapter import EvaluationBatch
 
+from lcb.agents.prompts import placeholders_in
+from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash
 from lcb.optimize.method import OptimizeContext, ReflectionError, Rollout
 from lcb.optimize.methods.reflection import (
@@ -39,8 +41,6 @@ from lcb.optimize.methods.reflection import (
     render_slice,
     role_slice,
 )
-from lcb.problems import Problem
-from lcb.prompts import placeholders_in
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ import sys
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from lcb.data.problems import Problem
 from lcb.optimize.bundle import thaw
 from lcb.optimize.method import Bundle, OptimizeContext
 from lcb.optimize.methods.reflection import LoopBridge, clip, run_in_thread
-from lcb.problems import Problem
 
 if TYPE_CHECKING:  # DSPy (extra `optimize`) is imported when the method runs
     from lcb.optimize.methods.mipro_program import TeamRunner

@@ -31,10 +31,10 @@ import dspy
 from dspy.lm15 import Message, Response
 from dspy.teleprompt import MIPROv2
 
+from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError
 from lcb.optimize.method import OptimizeContext, ReflectionError, Rollout
 from lcb.optimize.methods.reflection import LoopBridge, clip, first_and_last
-from lcb.problems import Problem
 
 log = logging.getLogger(__name__)
 ATTR_PREFIX = "role__"

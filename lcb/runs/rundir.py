@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from lcb.records import read_records
+from lcb.runs.records import read_records
 
 PREDICTIONS = "predictions.jsonl"
 SET_ASIDE_SUFFIX = ".errors.jsonl"

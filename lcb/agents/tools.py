@@ -2,7 +2,7 @@
 
 Contract:
 - Arguments `code: str` and `stdin: str = ""`. The time limit (10 s) is ours; the model cannot
-  change it. The run goes through `lcb.sandbox.run_python` (the grader's containment).
+  change it. The run goes through `lcb.grading.sandbox.run_python` (the grader's containment).
 - Runs happen in a thread pool of at most `workers` threads (default: the CPU count), so code
   runs in flight never exceed the cores however many agents call at once, and the event loop is
   never blocked.
@@ -48,7 +48,7 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
 
 
 def format_result(result: Any) -> str:
-    """The tool's text for a `lcb.sandbox.RunResult`."""
+    """The tool's text for a `lcb.grading.sandbox.RunResult`."""
     if result.timed_out:
         status = f"timed out after {TIMEOUT_S:g} s (killed)"
     else:
@@ -61,7 +61,9 @@ def format_result(result: Any) -> str:
 
 
 def _default_runner() -> Runner:
-    from lcb.sandbox import run_python  # imported late: the sandbox loads only when code runs
+    from lcb.grading.sandbox import (
+        run_python,  # imported late: the sandbox loads only when code runs
+    )
 
     return run_python
 
@@ -69,7 +71,7 @@ def _default_runner() -> Runner:
 def make_python_exec(*, workers: int | None = None, runner: Runner | None = None) -> BaseTool:
     """Build a `python_exec` tool with its own pool of at most `workers` concurrent runs.
 
-    `runner` replaces `lcb.sandbox.run_python` (tests). The pool's threads are daemon-like
+    `runner` replaces `lcb.grading.sandbox.run_python` (tests). The pool's threads are daemon-like
     executor threads; call `tool.metadata["close"]()` to shut it down.
     """
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1,

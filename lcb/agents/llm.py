@@ -27,9 +27,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
-from lcb.extract import strip_think
-from lcb.models import ModelConfig, build_chat_model, new_http_client
-from lcb.usage import CallRecord, CallTag, UsageLedger
+from lcb.agents.models import ModelConfig, build_chat_model, new_http_client
+from lcb.agents.usage import CallRecord, CallTag, UsageLedger
+from lcb.runs.extract import strip_think
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 Sleep = Callable[[float], Awaitable[Any]]

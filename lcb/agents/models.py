@@ -5,7 +5,8 @@ Contract:
   `ModelConfig.from_env()` reads `VLLM_BASE_URL`, `MODEL_ID`, `OPENAI_API_KEY` (`EMPTY` when
   unset); a `model` argument (an alias from `MODEL_ALIASES` or a model id) wins over `MODEL_ID`.
 - `build_chat_model(config)` returns a `ChatOpenAI` on the Chat Completions API with the client's
-  own retries switched off: lcb retries itself (`lcb.llm`), so retries can be counted and tested.
+  own retries switched off: lcb retries itself (`lcb.agents.llm`), so retries can be counted
+  and tested.
 - `check_endpoint(config)` makes two cheap calls (list the models, then a 1-token completion) and
   raises `EndpointError` whose message names the URL and model tried and how to set them.
 """
@@ -144,7 +145,7 @@ def tls_context() -> ssl.SSLContext:
 def build_chat_model(
     config: ModelConfig, *, http_client: httpx.AsyncClient | None = None
 ) -> ChatOpenAI:
-    """The one chat-model factory. Client-side retries are off: `lcb.llm` retries and counts.
+    """The one chat-model factory. Client-side retries are off: `lcb.agents.llm` retries and counts.
 
     Pass `http_client` (see `new_http_client`) for async use; the caller closes it.
     """

@@ -13,7 +13,7 @@ Contract:
   before it; the batch goes on.
 - With `resume`, ids already recorded are skipped and a last line cut short by a kill is removed;
   with `retry_errors` too, recorded problems whose record has an error run again (their old
-  records move to `predictions.errors.jsonl`, see `lcb.rundir.set_aside`).
+  records move to `predictions.errors.jsonl`, see `lcb.runs.rundir.set_aside`).
 - `max_consecutive_errors` problems in a row that end in an error stop the batch (`BatchAborted`):
   an endpoint that dies mid-batch does not turn the rest of the batch into error records.
 - Cancellation (Ctrl-C, SIGTERM) cancels the problems in flight, keeps every finished record,
@@ -32,13 +32,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from lcb.datasets import Loaded, Selection, load_problems
+from lcb.data.datasets import Loaded, Selection, load_problems
 from lcb.grading import Grade, GradingPool
-from lcb.models import ModelConfig, check_endpoint
-from lcb.problems import Problem
-from lcb.progress import BatchProgress
-from lcb.records import Record, RecordLog, read_records, summarize
-from lcb.rundir import (
+from lcb.agents.models import ModelConfig, check_endpoint
+from lcb.data.problems import Problem
+from lcb.runs.progress import BatchProgress
+from lcb.runs.records import Record, RecordLog, read_records, summarize
+from lcb.runs.rundir import (
     RunPaths,
     check_output,
     now_iso,
@@ -47,7 +47,7 @@ from lcb.rundir import (
     write_json,
     write_transcript,
 )
-from lcb.scoring import check_grading
+from lcb.runs.scoring import check_grading
 from lcb.teams import TEAMS, TeamContext, TeamOptions, TeamResult, TeamRuntime, solve_in
 from lcb.teams.multi import Team
 

@@ -35,7 +35,7 @@ against the 128-task cap. Use `sandbox="bwrap"` (bubblewrap: no network, read-on
 view of other processes; run lcb in a container or VM for anything stronger.
 
 Example:
-    >>> from lcb.sandbox import run_python
+    >>> from lcb.grading.sandbox import run_python
     >>> run_python("print(input()[::-1])", "abc").stdout
     'cba\\n'
 """
@@ -104,7 +104,7 @@ def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
     request = json.dumps({"code": code, "stdin": stdin, "timeout_s": timeout_s,
                           "prelude": bool(prelude), "limits": limits._asdict()}).encode()
     jail = PidsJail.create(max_tasks=limits.max_tasks + 16, prefix="lcb-exec")
-    proc = start(python_argv("lcb.sandbox:serve_one", sandbox=sandbox), jail=jail,
+    proc = start(python_argv("lcb.grading.sandbox:serve_one", sandbox=sandbox), jail=jail,
                  stderr=subprocess.PIPE)
     try:
         out, err = proc.communicate(request, timeout=timeout_s + _SLACK_S)

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lcb.datasets import DIFFICULTIES
+from lcb.data.datasets import DIFFICULTIES
 from lcb.grading import GradingError, GradingPool, check_sandbox
 from lcb.grading.official import require_official
 from lcb.grading.pool import GRADERS
-from lcb.problems import Problem
-from lcb.records import by_group, pass_at_1
+from lcb.data.problems import Problem
+from lcb.runs.records import by_group, pass_at_1
 
 CODE_KEYS = ("code", "predicted_code")
 

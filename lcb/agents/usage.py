@@ -1,7 +1,7 @@
 """Token and call accounting, counted by lcb itself from each response's usage numbers.
 
 LangChain's own counters can double count (its response cache re-reports usage on a hit), so
-every model call is recorded here once, by the call wrapper (`lcb.llm`), tagged with the
+every model call is recorded here once, by the call wrapper (`lcb.agents.llm`), tagged with the
 problem, team, role and agent that made it.
 
 Contract:

@@ -8,7 +8,7 @@ Contract:
   appended survives a kill of the process.
 - `read_records` tolerates (and with `repair=True` removes) a truncated last line, the only
   damage a kill mid-write can cause; damage anywhere else raises `RecordsError` naming the line.
-- `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.scoring` and the optimizer
+- `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.runs.scoring` and the optimizer
   artifacts call it); `by_group` is the one per-difficulty / per-platform grouping.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lcb.datasets import DIFFICULTIES
+from lcb.data.datasets import DIFFICULTIES
 
 
 class RecordsError(ValueError):

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lcb.local import DataError
+from lcb.data.local import DataError
 
 HUB_DATASET = "livecodebench/code_generation_lite"
 DEFAULT_RELEASE = "release_v1"

@@ -15,7 +15,7 @@ Contract of `load_problems(data, release=, selection=, strict=)`:
   unreadable or repeated row, or an `only` ID that is not found, raises `DataError` instead.
   A repeated row does not count towards `offset`/`limit`.
 - A hub load that starts at release_v1's first row with no filters checks the row order against
-  the frozen eval IDs (`lcb.manifest.check_eval_order`) and warns on a mismatch.
+  the frozen eval IDs (`lcb.data.manifest.check_eval_order`) and warns on a mismatch.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from lcb import problems
-from lcb.hub import DEFAULT_RELEASE, HUB_DATASET, fetch_release, version_file
-from lcb.local import DATA_SUFFIXES, DataError, RawRow, iter_rows, resolve_files
-from lcb.manifest import check_eval_order
-from lcb.problems import Problem, RowError, SkipRow
+from lcb.data import problems
+from lcb.data.hub import DEFAULT_RELEASE, HUB_DATASET, fetch_release, version_file
+from lcb.data.local import DATA_SUFFIXES, DataError, RawRow, iter_rows, resolve_files
+from lcb.data.manifest import check_eval_order
+from lcb.data.problems import Problem, RowError, SkipRow
 
 __all__ = ["DataError", "Loaded", "Selection", "Skipped", "load_problems"]
 
@@ -191,7 +191,7 @@ def _open_source(data: str | None, *, release: str, revision: str | None
 
 def _sample_source() -> tuple[list[Path], dict]:
     try:
-        from lcb.samples import SAMPLE_ROWS
+        from lcb.data.samples import SAMPLE_ROWS
     except ImportError as exc:
         raise DataError(f"--data sample: the bundled sample set is not available ({exc})") from None
     files = resolve_files(SAMPLE_ROWS)

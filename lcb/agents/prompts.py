@@ -24,9 +24,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from lcb.problems import Mode, Problem
+from lcb.data.problems import Mode, Problem
 
-PROMPTS_ROOT = Path(__file__).resolve().parent.parent / "configs" / "prompts"
+PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 TASK_DIR = "lcb"  # configs/prompts/<topology>/<TASK_DIR>/<role>.txt
 
 # LiveCodeBench's format lines (facts carried over; see the official prompts/code_generation.py).
@@ -82,7 +82,7 @@ class PromptError(ValueError):
 def question_prompt(problem: Problem) -> str:
     """The user prompt for `problem`, in LiveCodeBench's generic template.
 
-    >>> from lcb.problems import Mode, Problem
+    >>> from lcb.data.problems import Mode, Problem
     >>> p = Problem("1", "t", "Add.", "", Mode.STDIN, None, (), (), "easy", "atcoder", "c", "d")
     >>> question_prompt(p).splitlines()[:2]
     ['### Question:', 'Add.']

@@ -5,7 +5,7 @@ Contract:
   holds (a directory: its `*.jsonl`, `*.json` and `*.parquet` files in sorted name order, not
   recursive). A missing path, an unknown extension or an empty directory raises `DataError`.
 - `iter_rows(files)` yields `RawRow`s one at a time, in file order then row order, without
-  decoding test cases (that is `lcb.problems.decode_row`'s job, done only for selected rows).
+  decoding test cases (that is `lcb.data.problems.decode_row`'s job, done only for selected rows).
   JSONL is read line by line; Parquet batch by batch, so memory stays bounded on large files.
 - A line that is not a JSON object is yielded as a `RawRow` with `row=None` and `problem` saying
   what is wrong (`where` names the file and line), so the caller can report it and carry on.

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-MANIFEST_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "lcb" / "lcb_eval_ids.json"
+MANIFEST_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "lcb" / "lcb_eval_ids.json"
 EVAL_SIZE = 50
 
 

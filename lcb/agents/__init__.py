@@ -1,0 +1,2 @@
+"""Agents' parts: the model endpoint and its one call wrapper, usage accounting, prompts and the
+`python_exec` tool."""
