@@ -168,8 +168,8 @@ def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
                   f"recorded in {paths.predictions}.")
     print_summary(summary, console=out)
     if summary.get("n_skipped_rows"):
-        err.print(f"{summary['n_skipped_rows']} row(s) without usable tests were skipped "
-                  "(`lcb problems` lists them with reasons).")
+        err.print(f"{summary['n_skipped_rows']} row(s) were skipped: malformed or without "
+                  "usable tests (`lcb problems` lists them with reasons).")
     out.print(f"records: {paths.predictions}" +
               (f"  summary: {paths.summary}" if paths.summary else ""))
 

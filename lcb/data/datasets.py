@@ -13,7 +13,9 @@ Contract of `load_problems(data, release=, selection=, strict=)`:
   a row whose question_id an earlier row (that passed the filters) already has are reported in
   `Loaded.skipped` with a reason and the load goes on; with `strict=True` a malformed,
   unreadable or repeated row, or an `only` ID that is not found, raises `DataError` instead.
-  A repeated row does not count towards `offset`/`limit`.
+  A repeated row does not count towards `offset`/`limit`. Hostile rows (wrong types, deep
+  nesting, oversize fields, zlib bombs, unusable ids: `lcb.data.rowcheck`) are malformed rows
+  like any other; a bad `$LCB_MAX_ROW_BYTES` raises `DataError` before anything is read.
 - A hub load that starts at release_v1's first row with no filters checks the row order against
   the frozen eval IDs (`lcb.data.manifest.check_eval_order`) and warns on a mismatch.
 """
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
-from lcb.data import problems
+from lcb.data import problems, rowcheck
 from lcb.data.hub import DEFAULT_RELEASE, HUB_DATASET, fetch_release, version_file
 from lcb.data.local import DATA_SUFFIXES, DataError, RawRow, iter_rows, resolve_files
 from lcb.data.manifest import check_eval_order
@@ -82,11 +84,11 @@ class Selection:
 
     def matches(self, row: dict) -> bool:
         """The cheap filters, on a raw row. Raises RowError for an unreadable contest_date."""
-        if self.only and str(row.get("question_id")) not in self.only:
+        if self.only and problems.row_id(row) not in self.only:
             return False
-        if self.difficulty and str(row.get("difficulty", "")).lower() != self.difficulty:
+        if self.difficulty and _raw_text(row, "difficulty").lower() != self.difficulty:
             return False
-        if self.platform and str(row.get("platform", "")).lower() != self.platform:
+        if self.platform and _raw_text(row, "platform").lower() != self.platform:
             return False
         if self.start_date or self.end_date:
             day = _row_date(row)
@@ -115,12 +117,21 @@ def _iso(name: str, value: str | None) -> dt.date | None:
         raise ValueError(f"--{name} {value!r}: expected an ISO date such as 2023-09-01") from None
 
 
+def _raw_text(row: dict, name: str) -> str:
+    """A field the cheap filters read: text, or a `RowError` naming the type found."""
+    value = row.get(name, "")
+    if not isinstance(value, str):
+        raise RowError(problems.row_id(row), name, f"expected text, got {type(value).__name__}")
+    return value
+
+
 def _row_date(row: dict) -> dt.date:
-    text = str(row.get("contest_date", ""))
+    text = _raw_text(row, "contest_date")
     try:
         return dt.date.fromisoformat(text[:10])
     except ValueError:
-        raise RowError(problems.row_id(row), "contest_date", f"not an ISO date: {text!r}") from None
+        raise RowError(problems.row_id(row), "contest_date",
+                       f"not an ISO date: {rowcheck.shown(text)}") from None
 
 
 @dataclass(frozen=True)
@@ -156,9 +167,11 @@ def load_problems(
         >>> loaded = load_problems("sample", selection=Selection(limit=2))
         >>> [p.id for p in loaded.problems]  # doctest: +SKIP
     """
+    cap = rowcheck.max_row_bytes()  # a bad $LCB_MAX_ROW_BYTES stops the load before any work
     files, source = _open_source(data, release=release, revision=revision)
     loaded = Loaded(problems=[], skipped=[], source=source)
-    candidates = _candidates(iter_rows(files), selection, loaded.skipped, strict=strict)
+    rows = iter_rows(files, max_line_bytes=cap)
+    candidates = _candidates(rows, selection, loaded.skipped, strict=strict)
     candidates = _first_of_each_id(candidates, loaded.skipped, strict=strict)
     seen: list[str] = []
     if _checks_manifest(source, selection):
@@ -229,7 +242,7 @@ def _first_of_each_id(rows: Iterable[RawRow], skipped: list[Skipped], *, strict:
             reason = f"{raw.where}: duplicate question_id (first seen in {first[qid]})"
             _reject(skipped, Skipped(qid, reason), strict=strict)
             continue
-        if raw.row and raw.row.get("question_id") not in (None, ""):  # not the placeholder
+        if raw.row and rowcheck.id_problem(raw.row.get("question_id")) is None:  # a real id
             first[qid] = raw.where
         yield raw
 

@@ -10,6 +10,8 @@ Contract:
   the field) or `SkipRow` (well-formed, but no usable hidden tests). It never runs code from the
   row: pickles go through an unpickler that refuses every global, so only plain data (the JSON
   string the official pickle holds) loads.
+- Hostile rows are rows: wrong types, JSON nested too deeply, oversize fields, zlib bombs and
+  unusable ids are `RowError`s too (the checks and the size cap are in `lcb.data.rowcheck`).
 - Functional test inputs are kept as stored: one JSON value per line, one per argument.
 - A problem's mode follows LiveCodeBench's prompt template: starter code -> functional,
   none -> stdin.
@@ -26,6 +28,9 @@ import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from lcb.data import rowcheck
+from lcb.data.rowcheck import RowError, SkipRow
 
 
 class Mode(StrEnum):
@@ -63,22 +68,6 @@ class Problem:
         return self.private_tests
 
 
-class RowError(ValueError):
-    """A malformed row. The message names the row and the field."""
-
-    def __init__(self, row_id: str, field: str, reason: str):
-        self.row_id, self.field, self.reason = row_id, field, reason
-        super().__init__(f"row {row_id!r}: field {field!r}: {reason}")
-
-
-class SkipRow(Exception):
-    """A well-formed row that cannot be graded (for example: no private tests)."""
-
-    def __init__(self, row_id: str, reason: str):
-        self.row_id, self.reason = row_id, reason
-        super().__init__(f"row {row_id!r} skipped: {reason}")
-
-
 REQUIRED_FIELDS = (
     "question_title",
     "question_content",
@@ -105,75 +94,79 @@ def safe_unpickle(blob: bytes) -> Any:
     return _DataOnlyUnpickler(io.BytesIO(blob)).load()
 
 
-def decode_test_cases(text: str, *, row_id: str, field: str) -> list[dict]:
-    """Decode a test-case field: JSON text, or base64 -> zlib -> pickle -> JSON text."""
+def decode_test_cases(text: str, *, row_id: str, field: str, cap: int | None = None
+                      ) -> list[dict]:
+    """Decode a test-case field: JSON text, or base64 -> zlib -> pickle -> JSON text.
+
+    `cap` bounds the decompressed size (default `rowcheck.max_row_bytes()`).
+    """
     if not isinstance(text, str):
         raise RowError(row_id, field, f"expected text, got {type(text).__name__}")
     if not text.strip():
         return []
-    stripped = text.lstrip()
-    if stripped[:1] in "[{":
-        try:
-            cases = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RowError(row_id, field, f"not valid JSON ({exc.msg} at {exc.pos})") from None
+    if text.lstrip()[:1] in "[{":
+        cases = rowcheck.parse_json(text, rid=row_id, field=field)
     else:
-        cases = _decode_compressed(text, row_id=row_id, field=field)
+        limit = rowcheck.max_row_bytes() if cap is None else cap
+        cases = _decode_compressed(text, rid=row_id, field=field, cap=limit)
     if not isinstance(cases, list):
         raise RowError(row_id, field, f"expected a JSON list of tests, got {type(cases).__name__}")
     return cases
 
 
-def _decode_compressed(text: str, *, row_id: str, field: str) -> Any:
+def _decode_compressed(text: str, *, rid: str, field: str, cap: int) -> Any:
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise RowError(row_id, field, "neither JSON nor valid base64") from None
-    try:
-        blob = zlib.decompress(raw)
-    except zlib.error as exc:
-        raise RowError(row_id, field, f"base64 payload is not zlib data ({exc})") from None
+        raise RowError(rid, field, "neither JSON nor valid base64") from None
+    blob = rowcheck.inflate(raw, cap=cap, rid=rid, field=field)
     try:
         payload = safe_unpickle(blob)
     except pickle.UnpicklingError as exc:
-        raise RowError(row_id, field, f"unsafe or invalid pickle: {exc}") from None
+        raise RowError(rid, field, f"unsafe or invalid pickle: {rowcheck.shown(str(exc), 80)}"
+                       ) from None
+    except RecursionError:
+        raise RowError(rid, field, "invalid pickle: nested too deeply") from None
     except Exception as exc:  # truncated or corrupt pickle streams raise assorted errors
-        raise RowError(row_id, field, f"invalid pickle ({type(exc).__name__}: {exc})") from None
+        reason = rowcheck.shown(f"{type(exc).__name__}: {exc}", 80)
+        raise RowError(rid, field, f"invalid pickle ({reason})") from None
+    del blob  # up to the cap: not kept alive while the JSON is parsed
     if isinstance(payload, bytes):
         payload = payload.decode("utf-8", errors="replace")
     if not isinstance(payload, str):
-        raise RowError(row_id, field, f"pickle holds {type(payload).__name__}, expected JSON text")
-    try:
-        return json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise RowError(row_id, field, f"decompressed text is not JSON ({exc.msg})") from None
+        raise RowError(rid, field, f"pickle holds {type(payload).__name__}, expected JSON text")
+    return rowcheck.parse_json(payload, rid=rid, field=field, what="decompressed text is not JSON")
 
 
 def _tests(cases: list[dict], mode: Mode, *, row_id: str, field: str) -> tuple[Test, ...]:
-    tests = []
-    for index, case in enumerate(cases):
-        if not isinstance(case, dict) or "input" not in case or "output" not in case:
-            raise RowError(row_id, field, f"test {index} lacks 'input' or 'output'")
-        if not isinstance(case["input"], str) or not isinstance(case["output"], str):
-            raise RowError(row_id, field, f"test {index}: input and output must be text")
-        tests.append(Test(input=case["input"], output=case["output"], mode=mode))
-    return tuple(tests)
+    checked = (rowcheck.check_case(case, index, rid=row_id, field=field)
+               for index, case in enumerate(cases))
+    return tuple(Test(input=case["input"], output=case["output"], mode=mode) for case in checked)
+
+
+def _field_tests(row: dict, field: str, mode: Mode, *, rid: str, cap: int) -> tuple[Test, ...]:
+    cases = decode_test_cases(row[field], row_id=rid, field=field, cap=cap)
+    return _tests(cases, mode, row_id=rid, field=field)
 
 
 def row_id(row: dict) -> str:
-    """The row's question_id as text, or a placeholder naming its position if absent."""
+    """The row's question_id, or a short printable placeholder when it is absent or unusable."""
     value = row.get("question_id")
-    return str(value) if value not in (None, "") else "<no question_id>"
+    if value is None or value == "":
+        return "<no question_id>"
+    if not isinstance(value, str):
+        return f"<question_id of type {type(value).__name__}>"
+    return value if rowcheck.id_problem(value) is None else \
+        f"<bad question_id {rowcheck.shown(value)}>"
 
 
 def decode_metadata(row: dict, *, rid: str) -> dict:
     raw = row.get("metadata") or "{}"
     if isinstance(raw, dict):
         return raw
-    try:
-        meta = json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
-        raise RowError(rid, "metadata", "not valid JSON text") from None
+    if not isinstance(raw, str):
+        raise RowError(rid, "metadata", f"expected JSON text, got {type(raw).__name__}")
+    meta = rowcheck.parse_json(raw, rid=rid, field="metadata", what="not valid JSON text")
     if not isinstance(meta, dict):
         raise RowError(rid, "metadata", "expected a JSON object")
     return meta
@@ -186,32 +179,29 @@ def decode_row(row: dict) -> Problem:
     if missing:
         raise RowError(rid, missing[0], "missing" + (f" (also {', '.join(missing[1:])})"
                                                      if len(missing) > 1 else ""))
+    cap = rowcheck.max_row_bytes()
+    rowcheck.check_fields(row, rid=rid, cap=cap)
     starter = row["starter_code"] or ""
     mode = Mode.FUNCTIONAL if starter.strip() else Mode.STDIN
-    fn_name = decode_metadata(row, rid=rid).get("func_name")
-    if mode is Mode.FUNCTIONAL and not fn_name:
-        raise RowError(rid, "metadata", "starter-code problem without 'func_name'")
-    public = _tests(decode_test_cases(row["public_test_cases"], row_id=rid,
-                                      field="public_test_cases"), mode,
-                    row_id=rid, field="public_test_cases")
-    private = _tests(decode_test_cases(row["private_test_cases"], row_id=rid,
-                                       field="private_test_cases"), mode,
-                     row_id=rid, field="private_test_cases")
+    meta = decode_metadata(row, rid=rid)
+    fn_name = rowcheck.check_func_name(meta, rid=rid) if mode is Mode.FUNCTIONAL else None
+    public = _field_tests(row, "public_test_cases", mode, rid=rid, cap=cap)
+    private = _field_tests(row, "private_test_cases", mode, rid=rid, cap=cap)
     if not private:
         raise SkipRow(rid, "no private tests")
     return Problem(
         id=rid,
-        title=str(row["question_title"]),
-        statement=str(row["question_content"]),
+        title=row["question_title"],
+        statement=row["question_content"],
         starter_code=starter,
         mode=mode,
-        fn_name=fn_name if mode is Mode.FUNCTIONAL else None,
+        fn_name=fn_name,
         public_tests=public,
         private_tests=private,
-        difficulty=str(row["difficulty"]).lower(),
-        platform=str(row["platform"]).lower(),
-        contest_id=str(row["contest_id"]),
-        contest_date=str(row["contest_date"]),
+        difficulty=row["difficulty"].lower(),
+        platform=row["platform"].lower(),
+        contest_id=row["contest_id"],
+        contest_date=row["contest_date"],
     )
 
 
