@@ -119,3 +119,25 @@ def start_batch(base_url: str, data: Path, out: Path, *, concurrency: int = 2) -
                       "--concurrency", str(concurrency))
     return subprocess.Popen(argv, cwd=REPO, env=subprocess_env(base_url), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from lcb.runs.lock import run_lock
+from lcb.runs.rundir import RunPaths
+out = Path(sys.argv[1])
+paths = RunPaths.choose(out=None, out_dir=out, default_dir=out)
+run_lock(paths).acquire()
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+def hold_lock(out_dir: Path) -> subprocess.Popen:
+    """Another process holding the batch lock of `out_dir` (as a concurrent `lcb run` would),
+    in its own process group; returns once it holds the lock."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(out_dir)], cwd=REPO,
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc

@@ -1,6 +1,7 @@
 """Records, the JSONL log, summaries (pass@1) and the run directory's files."""
 
 import json
+import re
 
 import pytest
 
@@ -9,6 +10,7 @@ from lcb.runs.rundir import (
     OutputError,
     RunPaths,
     read_transcript,
+    transcript_name,
     update_manifest,
     write_transcript,
 )
@@ -149,7 +151,26 @@ def test_paths_out_file_out_dir_and_default(tmp_path):
     assert only_file.summary is None and only_file.transcript("x") is None
     default = RunPaths.choose(out=None, out_dir=None, default_dir=tmp_path / "d")
     assert default.predictions == tmp_path / "d" / "predictions.jsonl"
-    assert default.transcript("abc/../x y").name == "abc_.._x_y.json.gz"
+    assert default.transcript("abc301_a").name == "abc301_a.json.gz"
+
+
+SAFE_IDS = ["abc301_a", "2847", "1873_A", "a_b", "x" * 100, "v1.2-rc", "-"]
+UNSAFE_IDS = ["x" * 300, "a/b", "a b", "a\\b", "ünïcode", "题目", "..", ".hidden", "x" * 101,
+              "abc/../x y", "a_b-0123456789ab", "\ud800"]
+
+
+@pytest.mark.parametrize("qid", SAFE_IDS)
+def test_safe_ids_keep_their_transcript_names(qid):
+    assert transcript_name(qid) == f"{qid}.json.gz"
+
+
+def test_other_ids_get_short_distinct_names_without_separators():
+    names = [transcript_name(qid) for qid in SAFE_IDS + UNSAFE_IDS]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert len(name.encode("utf-8")) <= 150 and not name.startswith(".")
+        assert re.fullmatch(r"[A-Za-z0-9._-]+\.json\.gz", name), name
+    assert transcript_name("a/b").startswith("a_b-") and transcript_name("a/b") != "a_b.json.gz"
 
 
 def test_transcript_round_trip_is_gzip(tmp_path):

@@ -6,14 +6,17 @@ input order, flushed line by line), writes the pass@1 summary as JSON next to it
 (`RESULTS.summary.json`, see `lcb.runs.scoring.summary_path`) and prints it as a table. Per-line
 problems (bad JSON, unknown id, no code) become error lines; configuration problems (missing
 official grader, unusable data source, a RESULTS.jsonl that already holds lines: the summary
-would not count them) exit with status 2 and a one-line message.
+would not count them, or one that another lcb process is writing: see `lcb.runs.lock`) exit with
+status 2 and a one-line message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,6 +40,8 @@ from lcb.data.datasets import Loaded, Selection
 from lcb.grading import SandboxUnavailable
 from lcb.grading.official import OfficialGraderMissing
 from lcb.runs import scoring
+from lcb.runs.lock import file_lock
+from lcb.runs.rundir import OutputError
 
 
 @app.command("score")
@@ -64,7 +69,13 @@ def score(
     config = scoring.ScoreConfig(grader=str(grader), all_tests=all_tests, jobs=jobs,
                                  sandbox=str(sandbox))
     _check_grader(config)
-    _check_out(out)
+    with _locked(out):
+        _check_out(out)
+        _score(predictions, out, config=config, data_options=data_options)
+
+
+def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
+           data_options: DataOptions) -> None:
     parsed = scoring.read_predictions(predictions)
     narrowed = _narrowed(data_options, parsed)
     loaded = load_or_exit(narrowed)
@@ -86,6 +97,20 @@ def _check_grader(config: scoring.ScoreConfig) -> None:
         scoring.check_grading(grader=config.grader, sandbox=config.sandbox)
     except (SandboxUnavailable, OfficialGraderMissing, ValueError) as exc:
         fail(str(exc))
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Hold `out`'s lock for the whole scoring: two scorings of one file would interleave."""
+    lock = file_lock(out, by="lcb score")
+    try:
+        lock.acquire()
+    except OutputError as exc:
+        fail(str(exc))
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _check_out(out: Path) -> None:

@@ -1,9 +1,9 @@
 """The demo: a team solves the two built-in problems, and every test's result is printed.
 
 Contract of `run_demo(model, topology=, console=)` (returns the process exit code):
-- With an endpoint that answers: the team solves `lcb.data.samples.DEMO_IDS` (stdin, then functional)
-  from the bundled sample set; for each problem the extracted code and one line per hidden test
-  are printed. Exit 0 whatever the score (a demo reports, it does not judge).
+- With an endpoint that answers: the team solves `lcb.data.samples.DEMO_IDS` (stdin, then
+  functional) from the bundled sample set; for each problem the extracted code and one line per
+  hidden test are printed. Exit 0 whatever the score (a demo reports, it does not judge).
 - With no endpoint (`check_endpoint` fails): the message says which URL and model were tried and
   how to point lcb at a server; then the sample set's reference solutions are graded and their
   summary printed, labelled as reference solutions, not model output. Exit 0.
@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from lcb.data.datasets import Selection, load_problems
-from lcb.grading import Grade, GradingPool
 from lcb.agents.models import EndpointError, ModelConfig, check_endpoint
+from lcb.data.datasets import Selection, load_problems
 from lcb.data.problems import Problem
+from lcb.data.samples import DEMO_IDS, reference_solution
+from lcb.grading import Grade, GradingPool
 from lcb.runs.progress import print_summary
 from lcb.runs.records import summarize
-from lcb.data.samples import DEMO_IDS, reference_solution
 from lcb.teams import TeamResult, TeamRuntime, solve
 
 

@@ -4,7 +4,9 @@ Layout of `--out-dir DIR`:
     DIR/predictions.jsonl          one record per finished problem (append-only, see records.py)
     DIR/summary.json               the summary contract, rewritten at the end of each session
     DIR/manifest.json              config (api key redacted), versions, data source, sessions
-    DIR/transcripts/<id>.json.gz   one gzip-compressed JSON transcript per problem
+    DIR/transcripts/<id>.json.gz   one gzip-compressed JSON transcript per problem (see
+                                   `transcript_name` for ids that are not file-name safe)
+    DIR/.lock                      held while a batch runs (see lcb.runs.lock)
 
 With `--out FILE.jsonl` only the predictions file is written. Whole-file writes go through a
 temporary file and a rename, so a kill never leaves a half-written JSON file behind.
@@ -13,21 +15,27 @@ temporary file and a rename, so a kill never leaves a half-written JSON file beh
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from lcb.runs.records import read_records
 
 PREDICTIONS = "predictions.jsonl"
 SET_ASIDE_SUFFIX = ".errors.jsonl"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+DUPLICATES_SUFFIX = ".duplicates.jsonl"
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_HASHED = re.compile(r".*-[0-9a-f]{12}")  # ends like a hashed name: such an id is hashed too
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
+_PREFIX_CHARS = 80
 _PACKAGES = ("langgraph", "langchain-openai", "langchain-core", "pydantic")
 
 
@@ -69,10 +77,29 @@ class RunPaths:
         return self.out_dir / "transcripts" if self.out_dir else None
 
     def transcript(self, problem_id: str) -> Path | None:
-        """The transcript file of one problem (ids are made filename-safe)."""
+        """The transcript file of one problem (see `transcript_name`)."""
         if self.transcripts is None:
             return None
-        return self.transcripts / f"{_UNSAFE.sub('_', problem_id)}.json.gz"
+        return self.transcripts / transcript_name(problem_id)
+
+
+def transcript_name(problem_id: str) -> str:
+    """A file name for `problem_id`'s transcript: `<id>.json.gz` when the id is already a safe
+    name (`[A-Za-z0-9._-]`, at most 100 characters, no leading dot), else a sanitized prefix and
+    12 hex digits of the id's SHA-256, so distinct ids get distinct names of at most 101 bytes.
+
+    Safe ids that end like a hashed name (`-` and 12 hex digits) are hashed too, so a kept name
+    never equals another id's hashed one.
+
+    >>> transcript_name("abc301_a"), transcript_name("a/b")
+    ('abc301_a.json.gz', 'a_b-c14cddc033f6.json.gz')
+    """
+    if (_SAFE_ID.fullmatch(problem_id) and not problem_id.startswith(".")
+            and not _HASHED.fullmatch(problem_id)):
+        return f"{problem_id}.json.gz"
+    digest = hashlib.sha256(problem_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    prefix = _UNSAFE_RUN.sub("_", problem_id)[:_PREFIX_CHARS].lstrip(".") or "id"
+    return f"{prefix}-{digest}.json.gz"
 
 
 def _replace_text(path: Path, text: str) -> None:
@@ -136,12 +163,15 @@ def update_manifest(path: Path, *, config: dict, source: dict, command: list[str
     return manifest
 
 
-def check_output(paths: RunPaths, *, resume: bool, expect: dict[str, str]) -> list[dict]:
+def check_output(paths: RunPaths, *, resume: bool, expect: dict[str, str],
+                 report: TextIO | None = None) -> list[dict]:
     """The records already in the predictions file, checked against `resume` and `expect`.
 
     Without `resume` a non-empty file raises `OutputError` (never overwrite a run silently).
-    With `resume`, a last line cut short by a kill is removed, and a record whose `expect` keys
-    (topology, model) differ raises `OutputError`: one file holds one configuration's run.
+    With `resume`, a last line cut short by a kill is removed, a record whose `expect` keys
+    (topology, model) differ raises `OutputError` (one file holds one configuration's run), and
+    records of an id seen before are moved to `<name>.duplicates.jsonl` (the first record of
+    each id stays), said on `report`. Call it with the output locked (see lcb.runs.lock).
     """
     path = paths.predictions
     if not resume:
@@ -157,25 +187,54 @@ def check_output(paths: RunPaths, *, resume: bool, expect: dict[str, str]) -> li
                 raise OutputError(
                     f"{path} holds records of {key} {record.get(key)!r}, but this run uses "
                     f"{wanted!r}; resume with the same {key} or choose another output.")
-    return records
+    first: dict[str, dict] = {}
+    for record in records:
+        first.setdefault(record["id"], record)
+    if len(first) < len(records):
+        target, moved = set_aside_duplicates(paths)
+        if report is not None:
+            print(f"{path}: {moved} repeated record(s) of an id recorded earlier moved to "
+                  f"{target}; the first record of each id is kept.", file=report)
+    return list(first.values())
 
 
 def set_aside(paths: RunPaths, ids: set[str]) -> Path:
-    """Move the records of `ids` from the predictions file to `<name>.errors.jsonl`.
+    """Move the records of `ids` from the predictions file to `<name>.errors.jsonl`."""
+    return _move_records(paths, SET_ASIDE_SUFFIX, lambda record_id: record_id in ids)[0]
 
-    The set-aside records are appended to that file first; the predictions file is then
-    rewritten without them through a temporary file and a rename, so a kill at any point
-    loses no record (at worst one is in both files, and the next set-aside repeats).
+
+def set_aside_duplicates(paths: RunPaths) -> tuple[Path, int]:
+    """Move every record of an id already recorded above it to `<name>.duplicates.jsonl`.
+
+    Returns that file and how many records moved there."""
+    seen: set[str] = set()
+
+    def repeated(record_id: str) -> bool:
+        if record_id in seen:
+            return True
+        seen.add(record_id)
+        return False
+
+    return _move_records(paths, DUPLICATES_SUFFIX, repeated)
+
+
+def _move_records(paths: RunPaths, suffix: str, moves: Callable[[str], bool]
+                  ) -> tuple[Path, int]:
+    """Move the records for whose id `moves` is true (asked in file order) to `<name><suffix>`.
+
+    The moved records are appended to that file first; the predictions file is then rewritten
+    without them through a temporary file and a rename, so a kill at any point loses no record
+    (at worst one is in both files, and the next move repeats).
     """
     source = paths.predictions
-    target = source.with_name(source.name.removesuffix(".jsonl") + SET_ASIDE_SUFFIX)
+    target = source.with_name(source.name.removesuffix(".jsonl") + suffix)
     keep: list[str] = []
     moving: list[str] = []
     for line in source.read_text(encoding="utf-8").splitlines(keepends=True):
-        (moving if line.strip() and json.loads(line)["id"] in ids else keep).append(line)
+        (moving if line.strip() and moves(json.loads(line)["id"]) else keep).append(line)
     with target.open("a", encoding="utf-8") as handle:
         handle.writelines(moving)
         handle.flush()
         os.fsync(handle.fileno())
     _replace_text(source, "".join(keep))
-    return target
+    return target, len(moving)

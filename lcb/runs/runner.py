@@ -1,8 +1,9 @@
 """The batch runner: a team solves many problems concurrently; each is graded and recorded.
 
 Contract:
-- Before any work: an existing non-empty output without `resume` raises `OutputError`; a resumed
-  output made by another topology or model raises `OutputError`; an unusable data source raises
+- Before any work: an output locked by another lcb process (see `lcb.runs.lock`; the lock is
+  held for the whole batch), an existing non-empty output without `resume`, or a resumed output
+  made by another topology or model raises `OutputError`; an unusable data source raises
   `DataError`; an endpoint that does not answer raises `EndpointError`. Nothing is written then.
 - `concurrency` problems are being solved at once (asyncio); model requests are capped
   separately inside `TeamRuntime`. Each program is graded in a `GradingPool` as soon as it
@@ -11,9 +12,10 @@ Contract:
   transcript first. A per-problem failure (the team's error, a crash, the whole-problem timeout,
   a grading failure) is a record with `error` set and em 0, and the tokens and calls spent
   before it; the batch goes on.
-- With `resume`, ids already recorded are skipped and a last line cut short by a kill is removed;
-  with `retry_errors` too, recorded problems whose record has an error run again (their old
-  records move to `predictions.errors.jsonl`, see `lcb.runs.rundir.set_aside`).
+- With `resume`, ids already recorded are skipped, a last line cut short by a kill is removed,
+  and the later records of an id recorded twice move to `predictions.duplicates.jsonl` (said on
+  `stream`); with `retry_errors` too, recorded problems whose record has an error run again
+  (their old records move to `predictions.errors.jsonl`, see `lcb.runs.rundir.set_aside`).
 - `max_consecutive_errors` problems in a row that end in an error stop the batch (`BatchAborted`):
   an endpoint that dies mid-batch does not turn the rest of the batch into error records.
 - Cancellation (Ctrl-C, SIGTERM) cancels the problems in flight, keeps every finished record,
@@ -32,10 +34,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from lcb.data.datasets import Loaded, Selection, load_problems
-from lcb.grading import Grade, GradingPool
 from lcb.agents.models import ModelConfig, check_endpoint
+from lcb.data.datasets import Loaded, Selection, load_problems
 from lcb.data.problems import Problem
+from lcb.grading import Grade, GradingPool
+from lcb.runs.lock import run_lock
 from lcb.runs.progress import BatchProgress
 from lcb.runs.records import Record, RecordLog, read_records, summarize
 from lcb.runs.rundir import (
@@ -273,7 +276,13 @@ async def run_batch(config: RunConfig, *, stream: TextIO | None = None,
     if config.retry_errors and not config.resume:
         raise ValueError("--retry-errors reruns the failed problems of an earlier run: "
                          "pass it with --resume")
-    recorded = check_output(config.paths, resume=config.resume,
+    with run_lock(config.paths):
+        return await _run_locked(config, stream=stream or sys.stderr, plain=plain)
+
+
+async def _run_locked(config: RunConfig, *, stream: TextIO, plain: bool | None
+                      ) -> dict[str, Any]:
+    recorded = check_output(config.paths, resume=config.resume, report=stream,
                             expect={"topology": config.topology, "model": config.model.model_id})
     loaded = load_problems(config.data, release=config.release, selection=config.selection,
                            revision=config.revision, strict=config.strict)
@@ -295,7 +304,7 @@ async def run_batch(config: RunConfig, *, stream: TextIO | None = None,
     gc.collect()
     gc.freeze()
     started = time.monotonic()
-    progress = BatchProgress(total=len(loaded.problems), stream=stream or sys.stderr,
+    progress = BatchProgress(total=len(loaded.problems), stream=stream,
                              plain=plain, interval_s=config.progress_interval_s,
                              label=config.topology)
     for problem in loaded.problems:

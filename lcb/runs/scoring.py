@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lcb.data.datasets import DIFFICULTIES
+from lcb.data.problems import Problem
 from lcb.grading import GradingError, GradingPool, check_sandbox
 from lcb.grading.official import require_official
 from lcb.grading.pool import GRADERS
-from lcb.data.problems import Problem
 from lcb.runs.records import by_group, pass_at_1
 
 CODE_KEYS = ("code", "predicted_code")
