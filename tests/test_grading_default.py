@@ -15,7 +15,7 @@ from helpers_grading import ADD_FUNCTIONAL, SUM_STDIN, functional_problem, stdin
 
 from lcb.grading import Grade, GradingPool, Verdict, grade
 from lcb.grading.compare import stdout_matches
-from lcb.grading.default import compile_program
+from lcb.grading.host import compile_program
 
 SUM_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_OK = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n"
@@ -299,24 +299,24 @@ def test_pool_never_runs_more_workers_than_cores():
         assert big.size == (os.cpu_count() or 1)
 
 
-def test_worker_imports_stay_slim():
-    # Every program and stdin test is a fork of the worker: it must not load LangChain, asyncio
-    # or threads (slow, unsafe forks). This is the worker's whole import set.
-    # Fork and copy-on-write costs grow with the worker's size, so it also leaves out what the
+def test_zygote_imports_stay_slim():
+    # Every program and stdin test is a fork of the zygote: it must not load LangChain, asyncio
+    # or threads (slow, unsafe forks). This is the zygote's whole import set.
+    # Fork and copy-on-write costs grow with the zygote's size, so it also leaves out what the
     # hot path does not need (dataclasses -> inspect/ast/dis, pathlib, shutil -> lzma/bz2, …).
     from lcb.grading.launch import python_argv
 
-    argv = python_argv("lcb.grading.worker:_warm_up")
+    argv = python_argv("lcb.grading.zygote:_warm_up")
     argv[-1] += "; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
-    assert {"lcb.grading.supervisor", "lcb.grading.default", "statistics"} <= loaded
+    assert {"lcb.grading.host", "lcb.grading.child", "lcb.grading.values", "statistics"} <= loaded
     assert not loaded & {"asyncio", "threading", "subprocess", "langchain_core", "langgraph"}
     assert not loaded & {"dataclasses", "inspect", "ast", "pathlib", "shutil", "tempfile",
                          "lzma", "bz2", "lcb.data.problems", "lcb.grading.grades"}
 
 
 def test_programs_import_installed_packages_as_before(pool):
-    # Workers start with -S (no .pth imports) but keep site-packages on sys.path.
+    # Zygotes start with -S (no .pth imports) but keep site-packages on sys.path.
     pytest.importorskip("numpy")
     program = "import numpy as np\nprint(int(np.array(list(map(int, input().split()))).sum()))\n"
     assert pool.grade_sync(SUM_STDIN, program).em == 1

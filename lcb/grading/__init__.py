@@ -45,8 +45,8 @@ _LAZY = {"GradingPool": "pool", "GradingError": "pool", "TIMEOUT_S": "pool",
 
 def __getattr__(name: str):
     # The pool and launcher (asyncio, subprocess, threads) and the grade dataclasses load on
-    # first use: grading workers import this package and must stay slim, since every program
-    # and stdin test forks them.
+    # first use: zygotes import this package and must stay slim, since every program and
+    # stdin test is forked from one.
     if name in _LAZY:
         import importlib
 

@@ -6,10 +6,13 @@
   (SystemExit rules, 1 after an uncaught exception, traceback on stderr).
 - `run_functional(...)`: load the program once (prelude + program in a module that is not
   `__main__`), take `Solution()` when the text `class Solution` occurs (one instance for all
-  tests) else the module-level function, and for each test: JSON args per line, call, tuple ->
-  list, `==` against the JSON expected value. It writes JSON lines to the supervisor:
-  `{"start": i}` before loading and again once loaded (test `i` starts then), and
-  `{"i", "v", "wall", "cpu", "actual", "error"}` after each test (the next one starts at once).
+  tests) else the module-level function. It talks JSON lines with the judge on its channel (a
+  socket, the one descriptor it has beyond 0/1/2): it answers `{"ready": true}` (or
+  `{"load_error", "memory"}`), then for each `{"i", "input"}` it receives: JSON args per line,
+  call, and `{"i", "value": <lcb.grading.values text>, "cpu"}` (or `{"i", "error", "memory"}`,
+  or `{"i", "nondata"}` for a value that is not plain data). It never sees an expected output:
+  the judge compares. Whatever the program does to this process (patching `json`, writing to
+  the channel itself) only changes what it answers, as returning another value would.
 
 These functions never return: they end the process with `os._exit`.
 """
@@ -24,8 +27,7 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from lcb.grading.prelude import (
     GUARDED_BUILTINS,
@@ -33,10 +35,9 @@ from lcb.grading.prelude import (
     compile_after_prelude,
     reliability_guard,
 )
-from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
-
-if TYPE_CHECKING:
-    from lcb.grading.process import Case
+from lcb.grading.values import NotData
+from lcb.grading.values import encode as encode_value
+from lcb.grading.verdicts import FEEDBACK_CHARS, clip
 
 SCRIPT_FILE = "solution.py"
 FUNCTIONAL_MODULE = "tmp_sol"  # like LiveCodeBench: not "__main__", so main guards do not run
@@ -81,12 +82,16 @@ def _exit_status(exc: SystemExit) -> int:
 
 
 def _flush_all() -> int:
+    """Flush stdout and stderr as CPython does at exit: a closed stream is skipped; a failed
+    flush makes the exit status 120."""
+    status = 0
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None and not getattr(stream, "closed", False):
+                stream.flush()
         except Exception:
-            return 120  # what CPython exits with when flushing stdout fails at shutdown
-    return 0
+            status = 120
+    return status
 
 
 def _program_traceback(exc: BaseException) -> str:
@@ -171,9 +176,25 @@ def _send(fd: int, message: dict) -> None:
         view = view[os.write(fd, view):]
 
 
-def _failure(exc: BaseException) -> tuple[Verdict, str]:
-    tail = clip(_program_traceback(exc), FEEDBACK_CHARS)
-    return (Verdict.MEMORY_LIMIT if isinstance(exc, MemoryError) else Verdict.RUNTIME_ERROR), tail
+class _Requests:
+    """The judge's requests, one JSON line each, read from the channel (blocking)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, bytearray()
+
+    def next(self) -> dict | None:
+        while (end := self.buf.find(b"\n")) < 0:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line = bytes(self.buf[:end])
+        del self.buf[:end + 1]
+        return json.loads(line)
+
+
+def _failure_text(exc: BaseException) -> str:
+    return clip(_program_traceback(exc), FEEDBACK_CHARS)
 
 
 def _load(code: types.CodeType, source: str, fn_name: str):
@@ -188,50 +209,37 @@ def _load(code: types.CodeType, source: str, fn_name: str):
     return namespace[fn_name]
 
 
-def _call(method, test: Case) -> tuple[Verdict, str, str]:
-    """Run one test: (verdict, actual-output text, error text)."""
+def _answer(method, request: dict) -> dict:
+    """Call the method on one test's input; the answer carries the value as data."""
+    index = request.get("i")
+    started = time.process_time()
     try:
-        args = [json.loads(line) for line in test.input.split("\n")]
-        expected = json.loads(test.output)
+        args = [json.loads(line) for line in request["input"].split("\n")]
         result = method(*args)
-        if isinstance(result, tuple):
-            result = list(result)
-        if result == expected:
-            return Verdict.PASSED, "", ""
-        return Verdict.WRONG_ANSWER, clip(_safe_repr(result)), ""
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are program failures too
-        verdict, tail = _failure(exc)
-        return verdict, "", tail
-
-
-def _safe_repr(value: object) -> str:
+        return {"i": index, "error": _failure_text(exc), "memory": isinstance(exc, MemoryError),
+                "cpu": time.process_time() - started}
+    cpu = time.process_time() - started
     try:
-        return json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return repr(value)
-        except Exception:
-            return f"<unprintable {type(value).__name__}>"
+        return {"i": index, "value": encode_value(result), "cpu": cpu}
+    except NotData as exc:
+        return {"i": index, "nondata": str(exc), "cpu": cpu}
+    except BaseException as exc:  # an item's .item() raised, memory ran out while encoding, ...
+        return {"i": index, "error": _failure_text(exc), "memory": isinstance(exc, MemoryError),
+                "cpu": cpu}
 
 
-def run_functional(code: types.CodeType, *, source: str, fn_name: str, tests: Sequence[Case],
-                   start: int, all_tests: bool, chan: int) -> NoReturn:
+def run_functional(code: types.CodeType, *, source: str, fn_name: str, chan: int) -> NoReturn:
     try:
         reliability_guard()
-        _send(chan, {"start": start})
         try:
             method = _load(code, source, fn_name)
         except BaseException as exc:
-            verdict, tail = _failure(exc)
-            _send(chan, {"i": start, "v": verdict, "error": tail, "load": True})
+            _send(chan, {"load_error": _failure_text(exc), "memory": isinstance(exc, MemoryError)})
             os._exit(0)
-        _send(chan, {"start": start})
-        for index in range(start, len(tests)):
-            wall, cpu = time.perf_counter(), time.process_time()
-            verdict, actual, error = _call(method, tests[index])
-            _send(chan, {"i": index, "v": verdict, "wall": time.perf_counter() - wall,
-                         "cpu": time.process_time() - cpu, "actual": actual, "error": error})
-            if verdict is not Verdict.PASSED and not all_tests:
-                break
+        _send(chan, {"ready": True})
+        requests = _Requests(chan)
+        while (request := requests.next()) is not None:
+            _send(chan, _answer(method, request))
     finally:
         os._exit(0)

@@ -1,20 +1,16 @@
-"""Containment primitives shared by the grading worker and `lcb.grading.sandbox.run_python`.
+"""Containment primitives shared by the zygote, program hosts and `lcb.grading.sandbox`.
 
-Stdlib only (workers import it before forking). See `lcb.grading.sandbox` for the threat model.
+Stdlib only (zygotes import it before forking). See `lcb.grading.sandbox` for the threat model.
 
 - `Limits`: the resource limits a program runs under, read from the environment by the caller.
-- `PidsJail`: a cgroup-v1 pids group (made under the caller's own pids group, so an outer
-  guard's cap still applies) that bounds how many tasks a program tree may have and lets us kill
-  every member, including those that escaped with `setsid()`. `PidsJail.create()` returns None
-  where cgroups are unavailable (not root, cgroup v2, read-only /sys in bubblewrap);
-  `worker_jail()` finds the one a grading worker was started in.
-- `become_subreaper()` + `kill_descendants()`: the fallback that works everywhere: orphans of a
-  program reparent to us, so walking our children finds every live descendant.
+- `become_subreaper()` + `kill_descendants()`: orphans of a program reparent to us, so walking
+  our children finds every live descendant, even one that called `setsid()`.
 - `prepare_sandbox(workdir)` (cwd, scrubbed environment, default signals) and
   `apply_shared_limits` / `apply_own_limits` (= `apply_limits`; `own_rlimits` precomputes the
-  latter for forked programs): set once in a supervisor or per program process;
+  latter for forked programs): set once in a program host or per program process;
   `enter_child(...)`: what a program process does to itself right after fork.
-- `kill_until_gone(alive)`: the SIGKILL-and-reap loop behind both sweeps.
+- `kill_until_gone(alive)`: the SIGKILL-and-reap loop behind every sweep.
+- Cgroups live in `lcb.grading.cgroups`, uids and capabilities in `lcb.grading.privilege`.
 """
 
 from __future__ import annotations
@@ -22,14 +18,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import re
 import resource
 import signal
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-PIDS_ROOT = "/sys/fs/cgroup/pids"
 GIB = 1 << 30
 MIB = 1 << 20
 _PR_SET_PDEATHSIG = 1
@@ -58,6 +52,8 @@ class Limits(NamedTuple):
     open_files: int = 256
     max_tasks: int = 128              # pids.max of the jail (processes and threads)
     stack_bytes: int = 256 * MIB
+    tmp_bytes: int = 256 * MIB        # its private /tmp, a tmpfs (lcb as root)
+    shm_bytes: int = 64 * MIB         # its private /dev/shm and System V shared memory
 
     @classmethod
     def for_functional(cls) -> Limits:
@@ -70,7 +66,7 @@ class Limits(NamedTuple):
         return cls(memory_bytes=_env_bytes("LCB_SANDBOX_MEMORY_BYTES", 4 * GIB))
 
 
-@functools.cache  # dlopen once per process (workers call it before forking)
+@functools.cache  # dlopen once per process (zygotes call it before forking)
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
@@ -157,126 +153,6 @@ def kill_descendants(*, settle_s: float = 5.0) -> bool:
     return kill_until_gone(lambda: descendants_of(me), settle_s=settle_s)
 
 
-class PidsJail:
-    """A pids cgroup; `path` is its directory. Members can be listed and killed."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = os.fspath(path)
-
-    def __repr__(self) -> str:
-        return f"PidsJail({self.path!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PidsJail) and other.path == self.path
-
-    def __hash__(self) -> int:
-        return hash(self.path)
-
-    @classmethod
-    def create(cls, *, max_tasks: int, prefix: str = "lcb") -> PidsJail | None:
-        """A fresh group nested under this process's own pids group, or None if unavailable."""
-        try:
-            parent = _own_pids_group()
-            _sweep_stale(parent)
-            path = os.path.join(parent, f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
-            os.mkdir(path)
-        except (OSError, StopIteration, IndexError):
-            return None
-        jail = cls(path)
-        try:
-            _write(os.path.join(path, "pids.max"), str(max_tasks))
-        except OSError:
-            jail.remove()
-            return None
-        return jail
-
-    def add(self, pid: int) -> None:
-        _write(os.path.join(self.path, "cgroup.procs"), str(pid))
-
-    def members(self) -> list[int]:
-        """Every process in the group and in groups nested under it."""
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as fh:
-                found = [int(p) for p in fh.read().split()]
-            nested = [PidsJail(d) for d in _subdirs(self.path)]
-        except OSError:
-            return []
-        return found + [pid for jail in nested for pid in jail.members()]
-
-    def kill_all(self, *, settle_s: float = 5.0, spare: int | None = None) -> bool:
-        """SIGKILL every member (but `spare`, the caller's own pid if it is a member) until
-        none is left; True on success."""
-        if spare is None:
-            return kill_until_gone(self.members, settle_s=settle_s)
-        return kill_until_gone(lambda: [p for p in self.members() if p != spare],
-                               settle_s=settle_s)
-
-    def remove(self) -> None:
-        """Remove the (emptied) group and any nested groups; leave it if still busy."""
-        try:
-            for nested in _subdirs(self.path):
-                PidsJail(nested).remove()
-            os.rmdir(self.path)
-        except OSError:
-            pass
-
-
-def _own_pids_group() -> str:
-    """The directory of this process's cgroup-v1 pids group (OSError, StopIteration or
-    IndexError where there is none)."""
-    with open("/proc/self/cgroup") as fh:
-        line = next(ln for ln in fh.read().splitlines()
-                    if ln.split(":")[1].split(",").count("pids"))
-    return os.path.join(PIDS_ROOT, line.split(":", 2)[2].lstrip("/"))
-
-
-_WORKER_JAIL = re.compile(r"lcb-worker-\d+-[0-9a-f]{8}")
-
-
-def worker_jail() -> PidsJail | None:
-    """The jail `GradingPool` started this process in (a grading worker's own pids group), or
-    None (not a worker, no cgroups, or a cgroup namespace as under bubblewrap).
-
-    A worker runs its programs in it: they are born there, whereas moving a supervisor into a
-    fresh group costs ~10 ms per program (a cgroup-v1 migration waits for an RCU grace period).
-    A worker grades one program at a time, so after each program every other member is a
-    leftover of that program."""
-    try:
-        path = _own_pids_group()
-    except (OSError, StopIteration, IndexError):
-        return None
-    if not _WORKER_JAIL.fullmatch(os.path.basename(path)):
-        return None
-    if not os.access(os.path.join(path, "cgroup.procs"), os.R_OK | os.W_OK):
-        return None
-    return PidsJail(path)
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as fh:
-        fh.write(text)
-
-
-def _subdirs(path: str) -> list[str]:
-    with os.scandir(path) as entries:
-        return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
-
-
-_JAIL_NAME = re.compile(r"lcb(?:-[a-z]+)?-(\d+)-[0-9a-f]{8}")
-
-
-def _sweep_stale(parent: str) -> None:
-    """Empty and remove jails whose creator died without cleaning up (e.g. it was killed)."""
-    for path in _subdirs(parent):
-        match = _JAIL_NAME.fullmatch(os.path.basename(path))
-        if match and not os.path.exists(f"/proc/{match[1]}"):
-            stale = PidsJail(path)
-            stale.kill_all(settle_s=1.0)
-            stale.remove()
-
-
 def scrubbed_env(home: str) -> dict[str, str]:
     """The whole environment a program sees: no secrets, no PYTHON* variables from the host."""
     return {"PATH": SAFE_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
@@ -287,9 +163,13 @@ def _cap(which: int, value: int) -> None:
     resource.setrlimit(*_capped(which, value))
 
 
-def apply_shared_limits(limits: Limits) -> None:
-    """The rlimits a supervisor may share with its programs: address space, files, no cores."""
+def apply_shared_limits(limits: Limits, *, own_uid: bool = False) -> None:
+    """The rlimits a program host shares with its programs: address space, files, no cores;
+    with `own_uid` (programs run as a uid of their own) also RLIMIT_NPROC, which then counts
+    exactly the program's tasks (the host's among them)."""
     _cap(resource.RLIMIT_CORE, 0)
+    if own_uid:
+        _cap(resource.RLIMIT_NPROC, limits.max_tasks + 8)
     _cap(resource.RLIMIT_NOFILE, limits.open_files)
     if limits.memory_bytes:
         _cap(resource.RLIMIT_AS, limits.memory_bytes)
@@ -325,10 +205,10 @@ def apply_limits(limits: Limits, *, cpu_s: float) -> None:
 
 def prepare_sandbox(workdir: str) -> None:
     """Working directory, scrubbed environment and default signals, for this process and what
-    it forks. Supervisors call it once per program, so each forked test has less to do."""
+    it forks. Program hosts call it once per program, so each forked test has less to do."""
     os.chdir(workdir)
     wanted = scrubbed_env(workdir)
-    if not set(os.environ) <= set(wanted):  # workers start scrubbed: usually nothing to drop
+    if not set(os.environ) <= set(wanted):  # zygotes start scrubbed: usually nothing to drop
         os.environ.clear()
     for key, value in wanted.items():
         if os.environ.get(key) != value:

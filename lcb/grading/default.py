@@ -1,122 +1,94 @@
-"""The default grader's per-program driver; it runs inside a grading worker.
+"""The default grader: the judge's per-program driver, and the `Grade` the pool makes of it.
 
-`run_in_worker(...)` compiles the program once (a syntax error is COMPILE_ERROR for the whole
-program), makes a pids cgroup for it when it can, forks the disposable supervisor
-(`lcb.grading.supervisor`) that runs the tests, reads its per-test JSON lines under an overall
-deadline, then kills everything the program left behind (cgroup members and, as a subreaper,
-every descendant) before it returns the raw results. `grade_from_run(...)`, in the caller's
-process, turns them into the `Grade` (`grade_in_worker` does both, for in-process use).
+`run_default(zygote, request)` runs in a judge: it has the zygote fork a host for the program
+(which compiles it once: a syntax error is COMPILE_ERROR for the whole program), runs the tests
+through it (`stdin_mode.run_stdin` or `functional_mode.run_functional`), and returns plain
+data: `{"results": per-test dicts, "compile_error": text or None, "wall_s"}`. A host lost
+mid-program (the program killed or stopped it) has the zygote kill what is left of it.
+`run_official` does the same around `official.judge_official`.
+`grade_from_run(...)`, in the pool's process, turns the answer into the `Grade`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import select
-import signal
 import time
-import types
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from lcb.grading.child import SCRIPT_FILE
-from lcb.grading.contain import Limits, PidsJail, kill_descendants, worker_jail
-from lcb.grading.prelude import compile_after_prelude
-from lcb.grading.process import Case, make_workdir, remove_tree
-from lcb.grading.supervisor import Job, supervise
+from lcb.grading.contain import Limits
+from lcb.grading.process import Case
 from lcb.grading.verdicts import Verdict, clip
 
 if TYPE_CHECKING:
     from lcb.grading.grades import Feedback, Grade, TestOutcome
+    from lcb.grading.judge import Host, Zygote
 
 
-def compile_program(source: str) -> types.CodeType | str:
-    """The code object, or the error text when the program (after the prelude) cannot compile
-    (see `prelude.compile_after_prelude`: a `from __future__` import is a syntax error)."""
+class Job(NamedTuple):
+    """One program to run on `tests`, as the judge holds it."""
+
+    mode: str
+    source: str
+    tests: tuple[Case, ...]
+    fn_name: str | None
+    timeout_s: float
+    all_tests: bool
+    limits: Limits
+
+
+def job_from_request(request: dict) -> Job:
+    """The request's fields, checked (a malformed request raises ValueError/TypeError/KeyError)."""
+    mode = request["mode"]
+    if mode not in ("stdin", "functional", "official"):
+        raise ValueError(f"unknown mode {mode!r}")
+    tests = tuple(Case(str(i), str(o)) for i, o in request["tests"])
+    timeout = float(request["timeout_s"])
+    if not timeout > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout}")
+    return Job(mode, str(request["source"]), tests, request.get("fn_name"), timeout,
+               bool(request["all_tests"]), Limits(**request["limits"]))
+
+
+def _with_host(zygote: Zygote, job: Job, use: Callable[[Host], dict]) -> dict:
+    host = zygote.open_host(source=job.source, mode=job.mode, fn_name=job.fn_name,
+                            limits=job.limits)
     try:
-        return compile_after_prelude(source, SCRIPT_FILE)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def _budget_s(job: Job) -> float:
-    return (job.timeout_s + 2.0) * max(1, len(job.tests)) + 5.0
-
-
-def _collect(read_end: int, pid: int, budget_s: float) -> list[dict]:
-    """Every JSON line the supervisor writes until it exits or the budget runs out."""
-    deadline, buf = time.monotonic() + budget_s, b""
-    while (left := deadline - time.monotonic()) > 0:
-        if not select.select([read_end], [], [], left)[0]:
-            continue
-        chunk = os.read(read_end, 1 << 16)
-        if not chunk:
-            break
-        buf += chunk
-    else:
-        os.kill(pid, signal.SIGKILL)
-    results = []
-    for line in buf.splitlines():
-        try:
-            results.append(json.loads(line))
-        except ValueError:
-            break
-    return results
-
-
-def run_job(job: Job) -> tuple[list[dict], float]:
-    """Run the job under a fresh supervisor; return its results and the wall time.
-
-    In a worker the program runs in the worker's own jail (`contain.worker_jail`); elsewhere
-    (in-process use) in a fresh jail per program when cgroups allow.
-    """
-    jail = worker_jail()
-    fresh = None if jail is not None else PidsJail.create(max_tasks=job.limits.max_tasks)
-    workdir = make_workdir()
-    read_end, write_end = os.pipe()
-    started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        if fresh is not None:
-            fresh.add(os.getpid())
-        supervise(job, write_end, workdir)
-    os.close(write_end)
-    try:
-        results = _collect(read_end, pid, _budget_s(job))
+        if "setup_error" in host.hello:
+            host.lost = True
+            raise RuntimeError(f"the program's host could not start: {host.hello['setup_error']}")
+        return use(host)
     finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)  # it is exiting (EOF) or was killed: reap before sweeping its jail
-        for group in (jail, fresh):
-            if group is not None:
-                group.kill_all(spare=os.getpid())
-        kill_descendants()
-        if fresh is not None:
-            fresh.remove()
-        remove_tree(workdir)
-    return results, time.monotonic() - started
+        host.close()
+        if host.lost:
+            zygote.abort()
 
 
-def run_in_worker(*, source: str, mode: str, tests: Sequence[Case], fn_name: str | None,
-                  all_tests: bool, timeout_s: float, limits: Limits) -> dict:
-    """Run `source` on `tests` (see module docstring); called in a worker process.
+def run_default(zygote: Zygote, request: dict) -> dict:
+    from lcb.grading.functional_mode import run_functional
+    from lcb.grading.stdin_mode import run_stdin
 
-    Returns plain data for `grade_from_run` (which the caller runs: the grade dataclasses are
-    not loaded in workers): {"results": per-test dicts, "compile_error": text or None,
-    "wall_s": seconds}.
-    """
+    job = job_from_request(request)
     started = time.monotonic()
-    code = compile_program(source)
-    if isinstance(code, str):
-        return {"results": [], "compile_error": code, "wall_s": time.monotonic() - started}
-    job = Job(mode=mode, code=code, source=source, tests=tuple(tests), fn_name=fn_name,
-              timeout_s=timeout_s, all_tests=all_tests, limits=limits)
-    results, _ = run_job(job) if tests else ([], 0.0)
-    return {"results": results, "compile_error": None, "wall_s": time.monotonic() - started}
+
+    def use(host: Host) -> dict:
+        if "compile_error" in host.hello:
+            return {"results": [], "compile_error": str(host.hello["compile_error"])}
+        run = run_stdin if job.mode == "stdin" else run_functional
+        return {"results": list(run(host, job)), "compile_error": None}
+
+    answer = _with_host(zygote, job, use)
+    return {**answer, "wall_s": time.monotonic() - started}
+
+
+def run_official(zygote: Zygote, request: dict, judge: Callable[..., dict]) -> dict:
+    job = job_from_request({**request, "mode": "official"})
+    return _with_host(zygote, job, lambda host: judge(
+        host, job.tests, job.fn_name, timeout_s=max(1, round(job.timeout_s)),
+        all_tests=job.all_tests))
 
 
 def grade_from_run(run: dict, *, tests: Sequence[Case], all_tests: bool) -> Grade:
-    """The `Grade` of a `run_in_worker` answer on the same `tests`."""
+    """The `Grade` of a `run_default` answer (checked by the pool) on the same `tests`."""
     from lcb.grading.grades import Grade, TestOutcome
 
     if run["compile_error"] is not None:
@@ -127,12 +99,6 @@ def grade_from_run(run: dict, *, tests: Sequence[Case], all_tests: bool) -> Grad
     outcomes, failure = _outcomes(tests, run["results"], all_tests=all_tests)
     return Grade.from_outcomes(tuple(outcomes), total=len(tests), grader="default",
                                feedback=_feedback(tests, failure), wall_s=run["wall_s"])
-
-
-def grade_in_worker(*, tests: Sequence[Case], all_tests: bool, **kwargs) -> Grade:
-    """`run_in_worker` and `grade_from_run` in one call (in-process use and tests)."""
-    return grade_from_run(run_in_worker(tests=tests, all_tests=all_tests, **kwargs),
-                          tests=tests, all_tests=all_tests)
 
 
 def _outcomes(tests: Sequence[Case], results: list[dict], *, all_tests: bool
@@ -149,10 +115,10 @@ def _outcomes(tests: Sequence[Case], results: list[dict], *, all_tests: bool
         if verdict is not Verdict.PASSED and first_failure is None:
             first_failure = result
     stopped = first_failure is not None and not all_tests
-    if len(outcomes) < len(tests) and not stopped:  # the supervisor died mid-run
+    if len(outcomes) < len(tests) and not stopped:  # the host was lost mid-run
         index = outcomes[-1].index + 1 if outcomes else 0
         first_failure = first_failure or {"i": index, "v": Verdict.RUNTIME_ERROR,
-                                          "error": "the program's supervisor was killed"}
+                                          "error": "the program's host stopped answering"}
         outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, 0.0, 0.0))
     return outcomes, first_failure
 

@@ -1,151 +1,201 @@
-"""Functional mode in a supervisor: one contained child runs the program's tests in order.
+"""Functional mode, on the judge's side: feed one program process its tests, judge its values.
 
-The child (see `child.run_functional`) reports JSON lines; it is untrusted, so each line is
-size-capped and validated. A test's clock starts when the child reports it loaded the program
-or finished the previous test; past `timeout_s` the child is killed (TIME_LIMIT). A child that
-dies mid-test gives that test a runtime error (or memory limit, from its stderr). With
-`all_tests`, a fresh child (a fresh `Solution()`) goes on after a crash.
+The host starts one process for the program (`child.run_functional`) with a stream socket as
+its channel. The judge waits for `ready` (the program loaded: `Solution()` made), then for each
+test sends the input and starts that test's clock; the process answers with the return value as
+data (`lcb.grading.values`). The judge decodes it into plain values, turns a top-level tuple
+into a list (as LiveCodeBench does) and compares with the expected value with `==` here.
+
+Because the judge sends test `i + 1` only after it has judged test `i`, and its clock runs from
+its own send, nothing the program writes can start, stop or stretch a clock, and no answer can
+be taken for another test's. A late answer is a time limit (the host kills the process), an
+answer that is not one (wrong index, not JSON, too long) a runtime error, a closed channel a
+crash classified from the host's exit report. With `all_tests`, a fresh process (a fresh
+`Solution()`) goes on after a crash.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import select
+import socket
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from lcb.grading import child
-from lcb.grading.contain import own_rlimits
-from lcb.grading.process import (
-    Exit,
-    Job,
-    describe_exit,
-    failure_verdict,
-    memfd,
-    read_fd,
-    reset_workdir,
-    spawn,
-    wait_exit,
-)
+from lcb.grading import values, wire
+from lcb.grading.judge import HOST_SLACK_S, Host, HostLost
+from lcb.grading.process import Exit, describe_exit, failure_verdict
 from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
 
-_MAX_MESSAGE = 1 << 20
+if TYPE_CHECKING:
+    from lcb.grading.default import Job
 
 
-def run_functional(job: Job, workdir: str) -> Iterator[dict]:
-    """One child for the tests; after a crash with `all_tests`, a fresh child goes on."""
+def run_functional(host: Host, job: Job) -> Iterator[dict]:
+    """One process for the tests; after a crash with `all_tests`, a fresh one goes on."""
     start = 0
     while start < len(job.tests):
-        reset_workdir(workdir)
-        results = list(_functional_child(job, start))
+        results = list(_Session(host, job).run(start))
         yield from results
-        if not results:
+        if not results or host.lost:
             return
-        failed = [r for r in results if r["v"] is not Verdict.PASSED]
-        if not failed or not job.all_tests:
+        if all(r["v"] is Verdict.PASSED for r in results) or not job.all_tests:
             return
         start = results[-1]["i"] + 1
 
 
-class _Lines:
-    """JSON lines from an untrusted pipe, each awaited until a deadline."""
-
-    TIMEOUT = object()
-
-    def __init__(self, fd: int):
-        self.fd, self.buf = fd, b""
-
-    def next(self, deadline: float) -> dict | object | None:
-        """The next message; None at EOF; TIMEOUT at the deadline; {} for garbage."""
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                return self.TIMEOUT
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-            if len(self.buf) > _MAX_MESSAGE:
-                return {}
-        line, _, self.buf = self.buf.partition(b"\n")
+def _safe_repr(value: object) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
         try:
-            message = json.loads(line)
-        except ValueError:
-            return {}
-        return message if isinstance(message, dict) else {}
+            return repr(value)
+        except (RecursionError, ValueError):
+            return f"<a {type(value).__name__} too deep to show>"
 
 
-def _checked(message: dict, current: int) -> dict | None:
-    """A well-formed result for test `current`, normalized; None if malformed."""
-    try:
-        if message["i"] != current:
-            return None
-        result = {"i": current, "v": Verdict(message["v"]),
-                  "wall": float(message.get("wall", 0.0)), "cpu": float(message.get("cpu", 0.0))}
-        if result["v"] is not Verdict.PASSED:
-            result["actual"] = clip(str(message.get("actual", "")))
-            result["error"] = clip(str(message.get("error", "")))
-    except (KeyError, ValueError, TypeError):
-        return None
-    return result
+class _Session:
+    """The judge's side of one program process."""
 
+    def __init__(self, host: Host, job: Job):
+        self.host, self.job = host, job
+        self.sock: socket.socket | None = None
+        self.ended = False  # the host's exit report has been taken
 
-def _functional_child(job: Job, start: int) -> Iterator[dict]:
-    """Run tests from `start` in one contained child; yield a result per test it reached."""
-    err, devnull = memfd("stderr"), os.open(os.devnull, os.O_RDWR)
-    read_end, write_end = os.pipe()
-    started = time.monotonic()
-    assert job.fn_name is not None
-    body = lambda: child.run_functional(  # noqa: E731
-        job.code, source=job.source, fn_name=job.fn_name, tests=job.tests, start=start,
-        all_tests=job.all_tests, chan=write_end)
-    cpu_s = job.timeout_s * (len(job.tests) - start + 1) + 1
-    pid = spawn(body, fds=(devnull, devnull, err), keep=(write_end,),
-                rlimits=own_rlimits(job.limits, cpu_s=cpu_s))
-    os.close(write_end)
-    os.close(devnull)
-    try:
-        yield from _watch_functional(job, pid, _Lines(read_end), start, started, err)
-    finally:
-        os.close(read_end)
-        os.close(err)
-
-
-def _watch_functional(job: Job, pid: int, lines: _Lines, current: int, started: float,
-                      err: int) -> Iterator[dict]:
-    test_started, deadline, pending, cpu_used = started, started + job.timeout_s, True, 0.0
-    while True:
-        message = lines.next(deadline)
-        result = _checked(message, current) if isinstance(message, dict) else None
-        if result is None and not (isinstance(message, dict) and "start" in message):
-            end = time.monotonic() + (2.0 if message is None else 0.0)  # EOF: let it exit
-            ended = wait_exit(pid, started=started, deadline=end)
-            if pending:
-                yield _crashed(job, current, ended, test_started, err, cpu_used,
-                               timed_out=message is _Lines.TIMEOUT)
+    def run(self, start: int) -> Iterator[dict]:
+        job = self.job
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        budget = job.timeout_s * (len(job.tests) - start + 1) + 1
+        t0 = time.monotonic()
+        try:
+            self.host.send({"op": "functional", "cpu_s": budget, "wall_s": budget + 5},
+                           [theirs.fileno()])
+        except HostLost as exc:
+            mine.close()
+            yield _lost(start, t0, exc)
             return
-        assert isinstance(message, dict)
-        now = time.monotonic()
-        if result is None:
-            current, test_started, pending = int(message["start"]), now, True
-            deadline = now + job.timeout_s
-            continue
-        cpu_used += result["cpu"]
-        yield result
-        current, test_started, deadline = current + 1, now, now + job.timeout_s
-        pending = current < len(job.tests)  # the child starts the next test right away
-        stop = message.get("load") or (result["v"] is not Verdict.PASSED and not job.all_tests)
-        if stop or not pending:
-            wait_exit(pid, started=started, deadline=now + 2.0)
+        finally:
+            theirs.close()
+        mine.setblocking(False)
+        self.sock = mine
+        self.lines = wire.LineReader(mine.fileno(), limit=2 * job.limits.output_bytes)
+        try:
+            yield from self._tests(start, t0)
+        finally:
+            if not self.ended:
+                self._end(grace_s=1.0)
+            mine.close()
+
+    def _tests(self, start: int, t0: float) -> Iterator[dict]:
+        job = self.job
+        hello = self._next(t0 + job.timeout_s)
+        if not (isinstance(hello, dict) and hello.get("ready") is True):
+            yield self._not_loaded(start, t0, hello)
             return
+        for index in range(start, len(job.tests)):
+            t0 = time.monotonic()
+            try:
+                wire.send_line(self.sock.fileno(), {"i": index, "input": job.tests[index].input},
+                               t0 + job.timeout_s)
+                answer = self._next(t0 + job.timeout_s)
+            except wire.ChannelTimeout:
+                answer = "timeout"
+            except wire.ChannelError:
+                answer = "eof"
+            result = self._judge(index, answer, t0)
+            yield result
+            if self.ended or (result["v"] is not Verdict.PASSED and not job.all_tests):
+                return
+
+    def _next(self, deadline: float) -> dict | str:
+        """The program's next message, or "timeout", "eof" or "garbage"."""
+        try:
+            message = self.lines.next(deadline)
+        except wire.ChannelTimeout:
+            return "timeout"
+        except wire.ChannelError:
+            return "garbage"
+        return "eof" if message is None else message
+
+    def _end(self, *, grace_s: float, kill: bool = False) -> dict | None:
+        """End the process (EOF on its channel; `kill` at once) and take the host's report."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if kill:
+            self.host.kill()
+        self.ended = True
+        return self.host.exit_report(grace_s=grace_s)
+
+    def _not_loaded(self, index: int, t0: float, hello: dict | str) -> dict:
+        if isinstance(hello, dict) and "load_error" in hello:
+            self._end(grace_s=HOST_SLACK_S)
+            verdict = Verdict.MEMORY_LIMIT if hello.get("memory") is True else Verdict.RUNTIME_ERROR
+            return {"i": index, "v": verdict, "wall": time.monotonic() - t0, "cpu": 0.0,
+                    "actual": "", "error": clip(str(hello["load_error"])), "load": True}
+        how = hello if isinstance(hello, str) else "garbage"
+        return self._failed(index, how, t0)
+
+    def _failed(self, index: int, how: str, t0: float) -> dict:
+        """The verdict of a test whose process timed out, died or broke the protocol."""
+        wall = time.monotonic() - t0
+        report = self._end(grace_s=HOST_SLACK_S, kill=how != "eof")
+        if report is None:
+            return _lost(index, t0, HostLost("no exit report"))
+        timed_out = how == "timeout" or report["timed_out"]
+        ended = Exit(report["status"], timed_out, wall, report["cpu"])
+        tail = report["stderr"][-FEEDBACK_CHARS:]
+        if how == "garbage":
+            verdict = Verdict.RUNTIME_ERROR
+            error = "the program wrote to its result channel something that is not an answer"
+        else:
+            verdict = failure_verdict(ended, stdout_size=0, stderr_tail=tail,
+                                      limits=self.job.limits, oom=report["oom"])
+            error = tail or describe_exit(ended, oom=report["oom"])
+        return {"i": index, "v": verdict, "wall": wall, "cpu": report["cpu"], "actual": "",
+                "error": clip(error), "exit": True}
+
+    def _judge(self, index: int, answer: dict | str, t0: float) -> dict:
+        if isinstance(answer, str) or answer.get("i") != index:
+            return self._failed(index, answer if isinstance(answer, str) else "garbage", t0)
+        wall = time.monotonic() - t0
+        cpu = answer.get("cpu")
+        cpu = min(max(float(cpu), 0.0), 64 * wall) if isinstance(cpu, int | float) else 0.0
+        result = {"i": index, "wall": wall, "cpu": cpu}
+        if isinstance(answer.get("value"), str):
+            result.update(self._compare(index, answer["value"]))
+        elif isinstance(answer.get("nondata"), str):
+            result.update(v=Verdict.WRONG_ANSWER, actual="", error=clip(answer["nondata"]))
+        elif isinstance(answer.get("error"), str):
+            memory = answer.get("memory") is True
+            result.update(v=Verdict.MEMORY_LIMIT if memory else Verdict.RUNTIME_ERROR,
+                          actual="", error=clip(answer["error"]))
+        else:
+            return self._failed(index, "garbage", t0)
+        return result
+
+    def _compare(self, index: int, text: str) -> dict:
+        try:
+            value = values.decode(text)
+        except values.NotData as exc:
+            return {"v": Verdict.WRONG_ANSWER, "actual": "", "error": str(exc)}
+        if type(value) is tuple:  # only the top level, as LiveCodeBench
+            value = list(value)
+        try:
+            expected = json.loads(self.job.tests[index].output)
+        except (ValueError, RecursionError):
+            return {"v": Verdict.RUNTIME_ERROR, "actual": clip(_safe_repr(value)),
+                    "error": "the expected output of this test is not JSON"}
+        try:
+            same = value == expected
+        except RecursionError:
+            same = False
+        if same:
+            return {"v": Verdict.PASSED}
+        return {"v": Verdict.WRONG_ANSWER, "actual": clip(_safe_repr(value)), "error": ""}
 
 
-def _crashed(job: Job, index: int, ended: Exit, test_started: float, err: int, cpu_used: float,
-             *, timed_out: bool) -> dict:
-    error = read_fd(err, FEEDBACK_CHARS, tail=True).decode("utf-8", "replace")
-    ended = Exit(ended.status, ended.timed_out or timed_out, ended.wall_s, ended.cpu_s)
-    verdict = failure_verdict(ended, stdout_size=0, stderr_tail=error, limits=job.limits)
-    return {"i": index, "v": verdict, "wall": time.monotonic() - test_started,
-            "cpu": max(0.0, ended.cpu_s - cpu_used), "actual": "",
-            "error": error or describe_exit(ended)}
+def _lost(index: int, t0: float, exc: Exception) -> dict:
+    return {"i": index, "v": Verdict.RUNTIME_ERROR, "wall": time.monotonic() - t0, "cpu": 0.0,
+            "actual": "", "error": f"the program's host stopped answering: {exc}", "exit": True}

@@ -1,12 +1,17 @@
-"""Start lcb's helper interpreters (grading workers, python_exec supervisors), contained.
+"""Start lcb's helper interpreters (judges, zygotes, python_exec helpers), contained.
 
-`python_argv(entry, sandbox=…)` is the command line of a fresh interpreter that calls `entry`
-("module:function"): the project's venv interpreter with `-s -S` (no site module) and a scrubbed
-environment (`worker_env()`: PYTHONHASHSEED=0, so every worker hashes alike and verdicts do not
-depend on which worker ran a program). With `sandbox="bwrap"` it runs under bubblewrap: no
-network, read-only root, private /tmp, own PID namespace, killed with its parent.
-`start(argv, jail=…)` starts it in its own session, inside the given pids cgroup when there is one
-(joined by a tiny `sh` before exec, so no `preexec_fn` runs in a threaded parent).
+`python_argv(entry, sandbox=…, role=…, args=…)` is the command line of a fresh interpreter
+that calls `entry(*args)` ("module:function"): the project's venv interpreter with `-s -S` (no
+site module) and a scrubbed environment (`worker_env()`: PYTHONHASHSEED=0, so every zygote
+hashes alike and verdicts do not depend on which slot ran a program). With `sandbox="bwrap"` it
+runs under bubblewrap (`bwrap_flags(role)`): no network, read-only root, private /tmp, own PID,
+IPC and UTS namespaces, killed with its parent, and no capabilities (`--cap-drop ALL`) except,
+for a zygote or python_exec helper run by root, the few it needs to confine programs (switch
+them to their uid, mount their private /tmp, kill them). As root no user namespace is made: a
+real uid switch needs the host's uids.
+`start(argv, jail=…)` starts it in its own session, inside the given cgroups when there are some,
+with the given OOM score (both set by a tiny `sh` before exec, so no `preexec_fn` runs in a
+threaded parent).
 """
 
 from __future__ import annotations
@@ -17,16 +22,21 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from lcb.grading.contain import SAFE_PATH, PidsJail
+from lcb.grading.cgroups import Jail
+from lcb.grading.contain import SAFE_PATH
 
 SANDBOXES = ("process", "bwrap")
 ROOT = str(Path(__file__).resolve().parents[2])
 BWRAP_FLAGS = (
-    "--unshare-all", "--die-with-parent", "--new-session",
+    "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    "--die-with-parent", "--new-session",
     "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-    "--chdir", "/tmp",
+    "--chdir", "/tmp", "--cap-drop", "ALL",
 )
+CONFINING_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_KILL", "CAP_CHOWN")
+ROLES = ("judge", "zygote", "exec")
 BWRAP_ADVICE = (
     "sandbox 'bwrap' needs bubblewrap on PATH: install it (Debian/Ubuntu: "
     "`apt-get install -y bubblewrap`; Fedora: `dnf install bubblewrap`) or use sandbox 'process'"
@@ -50,22 +60,38 @@ def worker_env() -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def python_argv(entry: str, *, sandbox: str = "process") -> list[str]:
+def bwrap_flags(role: str) -> list[str]:
+    """bubblewrap's options for a helper of `role` ("judge", "zygote" or "exec")."""
+    if role not in ROLES:
+        raise ValueError(f"unknown helper role {role!r}")
+    flags = list(BWRAP_FLAGS)
+    if os.geteuid() != 0:
+        flags.insert(0, "--unshare-user")  # bwrap needs one to sandbox an unprivileged user
+    elif role != "judge":
+        for cap in CONFINING_CAPS:
+            flags += ["--cap-add", cap]
+    if role == "judge":
+        flags.insert(0, "--unshare-cgroup-try")
+    return flags
+
+
+def python_argv(entry: str, *, sandbox: str = "process", role: str = "exec",
+                args: tuple = ()) -> list[str]:
     check_sandbox(sandbox)
     module, _, function = entry.partition(":")
     # -S: `site` does not run (the import lines of .pth files, e.g. an editable install's
-    # finder, would load pathlib and more into every worker, and every fork would carry them).
+    # finder, would load pathlib and more into every zygote, and every fork would carry them).
     # What programs see of it is restored: the directories it would add to sys.path (programs
     # and the official grader import installed packages, numpy, … as before) and the builtins
     # it defines (`exit`, `quit`, `help`, …).
     boot = (f"import sys; sys.path.insert(0, {ROOT!r}); sys.path += {site_paths()!r}; "
             "import site; site.setquit(); site.setcopyright(); site.sethelper(); "
-            f"from {module} import {function}; {function}()")
+            f"from {module} import {function}; {function}(*{tuple(args)!r})")
     argv = [sys.executable, "-s", "-S", "-c", boot]
     if sandbox == "bwrap":
         bwrap = shutil.which("bwrap")
         assert bwrap is not None
-        argv = [bwrap, *BWRAP_FLAGS, *_keep_visible(), "--", *argv]
+        argv = [bwrap, *bwrap_flags(role), *_keep_visible(), "--", *argv]
     return argv
 
 
@@ -102,7 +128,7 @@ def site_paths() -> list[str]:
 
 
 def _keep_visible() -> list[str]:
-    """Read-only binds, over the private /tmp, of the code and interpreter the worker needs
+    """Read-only binds, over the private /tmp, of the code and interpreter the helper needs
     (a checkout or venv that lives under /tmp would otherwise vanish inside the sandbox)."""
     needed = {ROOT, sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent)}
     binds: list[str] = []
@@ -112,11 +138,18 @@ def _keep_visible() -> list[str]:
     return binds
 
 
-def start(argv: list[str], *, jail: PidsJail | None, stderr: int | None = None
-          ) -> subprocess.Popen:
-    """Start `argv` with piped stdin/stdout, in its own session, inside `jail` if given."""
-    if jail is not None:
-        join = 'echo $$ 2>/dev/null > "$0"; exec "$@"'  # cannot join: run unjailed'
-        argv = ["/bin/sh", "-c", join, os.path.join(jail.path, "cgroup.procs"), *argv]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                            env=worker_env(), cwd="/", start_new_session=True, close_fds=True)
+_JOIN = ('adj=$1; shift; [ "$adj" = - ] || echo "$adj" 2>/dev/null > /proc/self/oom_score_adj; '
+         'while [ "$1" != -- ]; do echo $$ 2>/dev/null > "$1"; shift; done; shift; exec "$@"')
+
+
+def start(argv: list[str], *, jail: Jail | None, stdin: int | None = subprocess.PIPE,
+          stdout: int | None = subprocess.PIPE, stderr: Any = None,
+          pass_fds: tuple[int, ...] = (), oom_score_adj: int | None = None) -> subprocess.Popen:
+    """Start `argv` in its own session, inside `jail`'s cgroups if given (joined before exec:
+    whatever cannot be joined is skipped), with `oom_score_adj` if given."""
+    if jail is not None or oom_score_adj is not None:
+        procs = jail.procs_files() if jail is not None else []
+        adj = "-" if oom_score_adj is None else str(oom_score_adj)
+        argv = ["/bin/sh", "-c", _JOIN, "lcb-join", adj, *procs, "--", *argv]
+    return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env=worker_env(),
+                            cwd="/", start_new_session=True, close_fds=True, pass_fds=pass_fds)

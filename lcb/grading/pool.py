@@ -1,19 +1,21 @@
-"""`GradingPool`: a few slim worker processes shared by every task and thread of a run.
+"""`GradingPool`: a few grading slots shared by every task and thread of a run.
 
 Contract:
-- At most `os.cpu_count()` workers (a request for more is capped): more programs running than
+- At most `os.cpu_count()` slots (a request for more is capped): more programs running than
   cores would turn slow programs into false time limits. All start at once, in the background,
-  when the pool is made; a dead one is replaced on the next call.
+  when the pool is made; a dead one is replaced on the next call. A slot is a judge and a
+  zygote (`lcb.grading.slot`); programs never run in this process or in the judge.
 - `grade_sync` blocks the calling thread; `await grade(...)` runs the same call on the pool's
   own threads, so any number of asyncio tasks and threads may share one pool.
-- The problem's tests travel to the worker once per program (one pickle per call).
-- A worker that dies mid-call (which no program should be able to cause) raises `GradingError`
-  and is replaced on the next call; so is a worker whose call was interrupted (e.g. by
+- Requests and answers are size-capped JSON (`lcb.grading.wire`), matched by id; an answer is
+  checked against its schema before a `Grade` is built from it here. A slot that dies mid-call,
+  answers late, out of step or malformed (which no program should be able to cause) raises
+  `GradingError` and is replaced; so is a slot whose call was interrupted (e.g. by
   KeyboardInterrupt: its reply is never read by a later call). Bad arguments raise
-  `ValueError`/`TypeError` at once.
-- Workers get plain data (source, `Case` tuples, `Limits`) and answer plain data; the `Grade` is
-  built here, so workers never load `lcb.data.problems` or the grade dataclasses.
-- `close()` stops the workers and kills anything left in their pids cgroups.
+  `ValueError`/`TypeError` at once; a tier that cannot run here raises `SandboxUnavailable`.
+- Making a pool makes this process non-dumpable (`privilege.make_undumpable`): a program of the
+  same uid cannot read its memory, environment or descriptors.
+- `close()` stops the slots and kills anything left in their cgroups.
 """
 
 from __future__ import annotations
@@ -23,131 +25,105 @@ import functools
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from subprocess import Popen
 from typing import Any
 
 from lcb.data.problems import Mode, Problem, Test
 from lcb.grading import launch
-from lcb.grading.contain import Limits, PidsJail
+from lcb.grading.contain import Limits
 from lcb.grading.default import grade_from_run
 from lcb.grading.grades import Grade
-from lcb.grading.process import Case
-from lcb.grading.worker import WorkerGone, recv_message, send_message
+from lcb.grading.privilege import make_undumpable
+from lcb.grading.slot import (
+    JudgeRaised,
+    Slot,
+    SlotFailed,
+    SlotGone,
+    check_default_run,
+    check_official_run,
+)
 
 TIMEOUT_S = 6.0
 GRADERS = ("default", "official")
-_START_TIMEOUT_S = 60.0
 
 
 class GradingError(RuntimeError):
-    """Grading itself failed (not the program): a worker died or raised."""
-
-
-@dataclass(eq=False)  # identity semantics: workers live in a set
-class _Worker:
-    proc: Popen
-    jail: PidsJail | None
-    pid: int
-
-    @classmethod
-    def start(cls, sandbox: str) -> _Worker:
-        # Programs run in this jail (`contain.worker_jail`): the worker and a supervisor take 2
-        # tasks, the program Limits.max_tasks. Under bubblewrap (no jail inside) keep headroom
-        # for bwrap's own processes.
-        extra = 2 if sandbox == "process" else 32
-        jail = PidsJail.create(max_tasks=Limits().max_tasks + extra, prefix="lcb-worker")
-        proc = launch.start(launch.python_argv("lcb.grading.worker:main", sandbox=sandbox),
-                            jail=jail)
-        worker = cls(proc, jail, proc.pid)
-        try:
-            recv_message(proc.stdout.fileno(), deadline=time.monotonic() + _START_TIMEOUT_S)
-        except WorkerGone as exc:
-            worker.stop()
-            raise GradingError(f"a grading worker ({sandbox}) failed to start: {exc}") from None
-        return worker
-
-    def call(self, path: str, kwargs: dict, *, budget_s: float) -> Any:
-        try:
-            send_message(self.proc.stdin.fileno(), (path, kwargs))
-        except OSError as exc:  # EPIPE: the worker is gone
-            raise WorkerGone(f"cannot reach the worker: {exc}") from None
-        ok, value = recv_message(self.proc.stdout.fileno(), deadline=time.monotonic() + budget_s)
-        if not ok:
-            raise GradingError(f"the grading worker raised:\n{value}")
-        return value
-
-    def stop(self, *, kill: bool = False) -> None:
-        """End the worker: at EOF it exits on its own; `kill` (a worker busy or out of step)
-        does not wait for that."""
-        if kill:
-            self.proc.kill()
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=2.0)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait()
-        if self.jail is not None:
-            self.jail.kill_all()
-            self.jail.remove()
+    """Grading itself failed (not the program): a slot died, raised or misbehaved."""
 
 
 def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
                   tests: Sequence[Test] | None, timeout_s: float
-                  ) -> tuple[str, dict, float, Callable[[Any], Grade]]:
-    """(worker function, its kwargs, time budget, answer -> Grade) for one grading call;
-    validates arguments."""
+                  ) -> tuple[dict, float, Callable[[Any], Grade]]:
+    """(the judge's request, its time budget, answer -> Grade) for one call; checks arguments."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     if grader not in GRADERS:
         raise ValueError(f"unknown grader {grader!r}: choose one of {', '.join(GRADERS)}")
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    chosen = tuple(problem.hidden_tests if tests is None and grader == "default" else tests or ())
-    n_tests = len(chosen) or len(problem.public_tests) + len(problem.private_tests)
-    budget = (timeout_s + 2.0) * max(1, n_tests) + 30.0
     if grader == "official":
-        kwargs = {"problem": problem, "code": code, "all_tests": all_tests,
-                  "tests": None if tests is None else tuple(tests), "timeout_s": timeout_s}
-        return "lcb.grading.official:grade_official", kwargs, budget, _same
+        return _official_request(problem, code, all_tests=all_tests, tests=tests,
+                                 timeout_s=timeout_s)
     if problem.mode is Mode.FUNCTIONAL and not problem.fn_name:
         raise ValueError(f"problem {problem.id!r} is functional but has no fn_name")
+    chosen = tuple(problem.hidden_tests if tests is None else tests)
     limits = Limits.for_functional() if problem.mode is Mode.FUNCTIONAL else Limits.for_stdin()
-    # Plain data only (str, tuples): the worker never imports lcb.data.problems or the dataclasses.
-    kwargs = {"source": code, "mode": str(problem.mode), "fn_name": problem.fn_name,
-              "tests": tuple(Case(t.input, t.output) for t in chosen), "all_tests": all_tests,
-              "timeout_s": float(timeout_s), "limits": limits}
-    finish = functools.partial(grade_from_run, tests=chosen, all_tests=all_tests)
-    return "lcb.grading.default:run_in_worker", kwargs, budget, finish
+    request = {"kind": "default", "source": code, "mode": str(problem.mode),
+               "fn_name": problem.fn_name, "tests": [[t.input, t.output] for t in chosen],
+               "all_tests": all_tests, "timeout_s": float(timeout_s),
+               "limits": limits._asdict()}
+    budget = (timeout_s + 7.0) * max(1, len(chosen)) + 60.0
+
+    def finish(run: Any) -> Grade:
+        checked = check_default_run(run, len(chosen))
+        return grade_from_run(checked, tests=chosen, all_tests=all_tests)
+
+    return request, budget, finish
 
 
-def _same(grade: Grade) -> Grade:
-    return grade
+def _official_request(problem: Problem, code: str, *, all_tests: bool,
+                      tests: Sequence[Test] | None, timeout_s: float
+                      ) -> tuple[dict, float, Callable[[Any], Grade]]:
+    from lcb.grading.official import ChildRun, official_tests, require_official, to_grade
+
+    require_official()  # missing: say how to install it here, before any slot is asked
+    chosen = tuple(official_tests(problem) if tests is None else tests)
+    if not chosen:
+        raise ValueError(f"problem {problem.id!r}: no tests to grade against")
+    request = {"kind": "official", "source": code, "mode": "official",
+               "fn_name": problem.fn_name, "tests": [[t.input, t.output] for t in chosen],
+               "all_tests": all_tests, "timeout_s": float(timeout_s),
+               "limits": Limits.for_functional()._asdict()}
+    budget = (timeout_s + 2.0) * len(chosen) + 60.0
+
+    def finish(run: Any) -> Grade:
+        return to_grade(ChildRun.from_answer(check_official_run(run), len(chosen)), chosen, code)
+
+    return request, budget, finish
 
 
 class GradingPool:
-    """Pre-started slim workers (<= cores). Use as a context manager or call `close()`."""
+    """Pre-started grading slots (<= cores). Use as a context manager or call `close()`."""
 
     def __init__(self, workers: int | None = None, *, sandbox: str = "process"):
         launch.check_sandbox(sandbox)
+        make_undumpable()
         cores = os.cpu_count() or 1
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ValueError(f"workers must be a positive int, got {workers!r}")
         self.size = min(workers or cores, cores)
         self.sandbox = sandbox
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lcb-grade")
-        # Workers are started from these long-lived threads: the kernel's "parent died" signal
+        # Slots are started from these long-lived threads: the kernel's "parent died" signal
         # (bubblewrap's --die-with-parent) fires when the *thread* that forked exits.
         self._launcher = ThreadPoolExecutor(self.size, thread_name_prefix="lcb-grade-launch")
-        self._live: set[_Worker] = set()
+        self._live: set[Slot] = set()
         self._lock = threading.Lock()
         self._closed = False
-        # A slot holds a worker, a worker still starting (Future), or None (start on demand).
-        self._slots: queue.SimpleQueue[_Worker | Future | None] = queue.SimpleQueue()
+        self.isolation: dict = {}
+        # A queue entry holds a slot, a slot still starting (Future), or None (start on demand).
+        self._slots: queue.SimpleQueue[Slot | Future | None] = queue.SimpleQueue()
         for _ in range(self.size):  # start them all now, in parallel, while the caller works
             self._slots.put(self._launcher.submit(self._start))
 
@@ -155,26 +131,27 @@ class GradingPool:
                    grader: str = "default", tests: Sequence[Test] | None = None,
                    timeout_s: float = TIMEOUT_S) -> Grade:
         """Grade `code` on `problem` (see `lcb.grading.grade`), blocking this thread."""
-        path, kwargs, budget, finish = build_request(
+        request, budget, finish = build_request(
             problem, code, all_tests=all_tests, grader=grader, tests=tests, timeout_s=timeout_s)
-        worker = self._checkout()
+        slot = self._checkout()
         try:
-            answer = worker.call(path, kwargs, budget_s=budget)
-        except GradingError:  # the worker answered (it raised): its pipe is in step, keep it
-            raise
-        except WorkerGone as exc:
-            doomed, worker = worker, None  # cleared first: `finally` must not put it back
+            run = slot.call(request, budget_s=budget)
+            return finish(run)
+        except JudgeRaised as exc:  # in step: keep the slot
+            raise GradingError(f"the grading worker raised:\n{exc}") from None
+        except (SlotGone, ValueError, TypeError, KeyError) as exc:
+            doomed, slot = slot, None  # cleared first: `finally` must not put it back
             self._discard(doomed, kill=True)
-            raise GradingError(f"grading worker died while grading {problem.id!r}: {exc}") from None
+            raise GradingError(f"grading worker died while grading {problem.id!r}: "
+                               f"{type(exc).__name__}: {exc}") from None
         except BaseException:
             # Interrupted mid-call (KeyboardInterrupt, a signal handler's exception, …): the reply
-            # is still unread, so the next call would read it. This worker cannot be reused.
-            doomed, worker = worker, None
+            # is still unread, so the next call would read it. This slot cannot be reused.
+            doomed, slot = slot, None
             self._discard(doomed, kill=True)
             raise
         finally:
-            self._slots.put(worker)
-        return finish(answer)
+            self._slots.put(slot)
 
     async def grade(self, problem: Problem, code: str, *, all_tests: bool = False,
                     grader: str = "default", tests: Sequence[Test] | None = None,
@@ -183,32 +160,38 @@ class GradingPool:
                                  grader=grader, tests=tests, timeout_s=timeout_s)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    def _start(self) -> _Worker:
-        worker = _Worker.start(self.sandbox)
+    def _start(self) -> Slot:
+        slot = Slot.start(self.sandbox)
         with self._lock:
-            self._live.add(worker)
-        return worker
+            self._live.add(slot)
+            self.isolation = self.isolation or slot.isolation
+        return slot
 
-    def _checkout(self) -> _Worker:
+    def _checkout(self) -> Slot:
         if self._closed:
             raise GradingError("the grading pool is closed")
-        slot = self._slots.get()
+        entry = self._slots.get()
         try:
-            if isinstance(slot, Future):
-                slot = slot.result()
-            if slot is None or slot.proc.poll() is not None:
-                if slot is not None:
-                    self._discard(slot)
-                slot = self._launcher.submit(self._start).result()
+            if isinstance(entry, Future):
+                entry = entry.result()
+            if entry is None or not entry.alive():
+                if entry is not None:
+                    self._discard(entry)
+                entry = self._launcher.submit(self._start).result()
+        except SlotFailed as exc:
+            self._slots.put(None)
+            from lcb.grading.launch import SandboxUnavailable
+
+            raise SandboxUnavailable(str(exc)) from None
         except BaseException:
             self._slots.put(None)
             raise
-        return slot
+        return entry
 
-    def _discard(self, worker: _Worker, *, kill: bool = False) -> None:
+    def _discard(self, slot: Slot, *, kill: bool = False) -> None:
         with self._lock:
-            self._live.discard(worker)
-        worker.stop(kill=kill)
+            self._live.discard(slot)
+        slot.stop(kill=kill)
 
     def close(self) -> None:
         if self._closed:
@@ -217,14 +200,14 @@ class GradingPool:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._launcher.shutdown(wait=True)
         with self._lock:
-            workers, self._live = list(self._live), set()
-        for worker in workers:
-            worker.stop()
+            slots, self._live = list(self._live), set()
+        for slot in slots:
+            slot.stop()
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the running workers (for diagnostics and tests)."""
+        """Process ids of the running judges (for diagnostics and tests)."""
         with self._lock:
-            return sorted(w.pid for w in self._live if w.proc.poll() is None)
+            return sorted(s.pid for s in self._live if s.alive())
 
     def __enter__(self) -> GradingPool:
         return self

@@ -2,7 +2,7 @@
 
 The prelude is what LiveCodeBench puts before every program, in both modes: star-imports of 18
 stdlib modules, plain imports of 16 of them, and a recursion limit of 50000. It is why programs may
-use `List[int]`, `deque` or `gcd` without importing them. Workers import `PRELUDE_MODULES` once, so
+use `List[int]`, `deque` or `gcd` without importing them. Zygotes import `PRELUDE_MODULES` once, so
 running the prelude in a forked child costs dictionary copies, not imports.
 
 `reliability_guard()` disables the same functions LiveCodeBench disables (it is a guard against
@@ -108,7 +108,7 @@ def compile_after_prelude(source: str, filename: str) -> types.CodeType:
 
 
 def import_prelude_modules() -> None:
-    """Import every prelude module now (in the worker), so children only bind names."""
+    """Import every prelude module now (in the zygote), so programs only bind names."""
     for name in PRELUDE_MODULES:
         importlib.import_module(name)
 

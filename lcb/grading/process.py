@@ -1,63 +1,45 @@
-"""Process primitives of a supervisor: the job, forking a contained program, waiting for it.
+"""Process primitives of a program host: forking a contained program, watching it, its files.
 
-- `enter_supervisor(workdir, limits)` sets up, once per program, what each program process
-  inherits: working directory, scrubbed environment, default signals, shared rlimits.
-- `spawn(body, …)` forks a program process: own session, fds 0/1/2 as given (memfds), no other
-  descriptors, its own CPU and file-size limits, then runs `body` (which ends the process).
-- `wait_exit(pid, …)` waits through a pidfd until a deadline, kills the process group on
-  overrun, reaps, then kills every other descendant (we are a child subreaper).
+- `spawn(body, …)` forks a program process: own session, fds 0/1/2 as given, no other
+  descriptors (but `keep`), its own CPU and file-size limits, then runs `body` (which ends the
+  process).
+- `watch(pid, …)` waits on a pidfd until the process exits, a deadline passes or a control
+  descriptor becomes readable, meanwhile draining the program's stderr pipe (`StderrTail`
+  keeps its last bytes and counts the rest: stderr is never judged, so it has no cap).
+- `finish(pid, …)` kills the process group when asked, reaps, then kills every other
+  descendant (the host is a child subreaper) and drains what is left of stderr.
 - `failure_verdict(…)` classifies an unclean end: time, output, memory limit or runtime error.
+- Working directories: `make_workdir`, `reset_workdir` (emptied in place, so a Landlock rule on
+  it keeps holding), `remove_tree`, `sweep_stale_workdirs`.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import select
 import signal
 import sys
 import time
-import types
 from collections.abc import Callable
 from resource import setrlimit
 from typing import NamedTuple, NoReturn
 
-from lcb.grading.contain import (
-    Limits,
-    apply_shared_limits,
-    enter_child,
-    kill_descendants,
-    prepare_sandbox,
-)
+from lcb.grading.contain import Limits, enter_child, kill_descendants
 from lcb.grading.verdicts import Verdict
+
+STDERR_TAIL_BYTES = 8192
 
 
 class Case(NamedTuple):
-    """One test as a worker receives it (an `lcb.data.problems.Test` has the same two fields)."""
+    """One test as the judge holds it (an `lcb.data.problems.Test` has the same two fields)."""
 
     input: str
     output: str
 
 
-class Job(NamedTuple):
-    """One program to run on `tests` (inherited through fork, never serialized).
-
-    `mode` is "stdin" or "functional" (a `Mode` compares equal); `tests` hold `.input` and
-    `.output` (`Case` or `Test`)."""
-
-    mode: str
-    code: types.CodeType
-    source: str
-    tests: tuple[Case, ...]
-    fn_name: str | None
-    timeout_s: float
-    all_tests: bool
-    limits: Limits
-
-
 class Exit(NamedTuple):
-    """How a program process ended, as its supervisor saw it."""
+    """How a program process ended, as its host saw it."""
 
     status: int        # raw wait status
     timed_out: bool
@@ -76,7 +58,9 @@ class Exit(NamedTuple):
 def memfd(name: str, data: bytes = b"") -> int:
     fd = os.memfd_create(name)
     if data:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -86,6 +70,102 @@ def read_fd(fd: int, limit: int, *, tail: bool = False) -> bytes:
     size = os.fstat(fd).st_size
     offset = max(0, size - limit) if tail else 0
     return os.pread(fd, min(limit, size), offset)
+
+
+class StderrTail:
+    """The read end of a program's stderr pipe: keeps the last bytes, counts all of them."""
+
+    def __init__(self, fd: int, *, keep: int = STDERR_TAIL_BYTES):
+        os.set_blocking(fd, False)
+        self.fd, self.keep, self.total, self.open = fd, keep, 0, True
+        self.tail = bytearray()
+
+    def pump(self, *, rounds: int = 64) -> None:
+        """Read what is there now (at most `rounds` chunks); notice EOF."""
+        for _ in range(rounds):
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.open = False
+                return
+            self.total += len(chunk)
+            self.tail += chunk
+            if len(self.tail) > 2 * self.keep:
+                del self.tail[:-self.keep]
+
+    def close(self) -> str:
+        """The kept tail as text; closes the pipe."""
+        self.pump(rounds=1024)
+        os.close(self.fd)
+        return bytes(self.tail[-self.keep:]).decode("utf-8", "replace")
+
+
+def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
+          rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = ()) -> int:
+    """Fork a program process running `body` under `rlimits` (from `contain.own_rlimits`,
+    computed once by the caller).
+
+    The child reuses this process's `sys.std*` objects on its new fds 0/1/2, so they are
+    flushed here first: nothing buffered may leak into a program's output. What the child does
+    before `body` is kept short: every page it writes is a copy-on-write fault.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_child(fds=fds, keep=keep)
+            for which, pair in rlimits:
+                setrlimit(which, pair)
+            body()
+        finally:
+            os._exit(70)
+    return pid
+
+
+def watch(pidfd: int, *, deadline: float | None, stderr: StderrTail | None,
+          control: int | None = None, control_from: float = 0.0) -> str:
+    """Wait for "exited" (the pidfd), "deadline" or "control" (readable, but only once the
+    monotonic clock passes `control_from`: a short test is not interrupted by the next
+    request arriving), draining stderr."""
+    while True:
+        now = time.monotonic()
+        left = None if deadline is None else deadline - now
+        if left is not None and left <= 0:
+            return "deadline"
+        fds = [pidfd] + ([stderr.fd] if stderr and stderr.open else [])
+        if control is not None and now >= control_from:
+            fds.append(control)
+        elif control is not None:
+            left = control_from - now if left is None else min(left, control_from - now)
+        ready = select.select(fds, [], [], left)[0]
+        if stderr is not None and stderr.fd in ready:
+            stderr.pump()
+        if pidfd in ready:
+            return "exited"
+        if control is not None and control in ready:
+            return "control"
+
+
+def finish(pid: int, pidfd: int, *, kill: bool, started: float, timed_out: bool) -> Exit:
+    """Kill the program's group if asked, reap it and every other descendant."""
+    if kill:
+        kill_group(pid)
+    os.close(pidfd)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - started
+    kill_descendants()
+    return Exit(status, timed_out, wall, usage.ru_utime + usage.ru_stime)
+
+
+def kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def temp_root() -> str:
@@ -130,85 +210,47 @@ def sweep_stale_workdirs() -> None:
 
 
 def reset_workdir(workdir: str) -> None:
-    """Make `workdir` (our cwd) an empty directory again: a program may fill or remove it."""
+    """Empty `workdir` (our cwd) in place: a program may fill it, or chmod what it made."""
     try:
-        if not os.listdir(workdir):
-            return
+        names = os.listdir(workdir)
+    except OSError:
+        names = None
+    if names == []:
+        return
+    if names is None:  # removed or made unreadable by the program: start it again
         remove_tree(workdir)
-    except FileNotFoundError:
-        pass
-    os.makedirs(workdir, 0o700, exist_ok=True)
+        os.makedirs(workdir, 0o700, exist_ok=True)
+    else:
+        for name in names:
+            path = os.path.join(workdir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                remove_tree(path)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
     os.chdir(workdir)
 
 
-def enter_supervisor(workdir: str, limits: Limits) -> None:
-    """Once per program, in the supervisor: what every program process inherits from it."""
-    prepare_sandbox(workdir)
-    apply_shared_limits(limits)
-    gc.freeze()  # forked children then never touch these objects when they collect garbage
-
-
-def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
-          rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = ()) -> int:
-    """Fork a program process (from a supervisor set up by `enter_supervisor`) running `body`,
-    under `rlimits` (from `contain.own_rlimits`, computed once by the caller).
-
-    The child reuses this process's `sys.std*` objects on its new fds 0/1/2, so they are
-    flushed here first: nothing buffered may leak into a program's output. What the child does
-    before `body` is kept short: every page it writes is a copy-on-write fault.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            enter_child(fds=fds, keep=keep)
-            for which, pair in rlimits:
-                setrlimit(which, pair)
-            body()
-        finally:
-            os._exit(70)
-    return pid
-
-
-def wait_exit(pid: int, *, started: float, deadline: float) -> Exit:
-    """Wait for `pid` until `deadline` (monotonic); on overrun kill its whole tree."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        ready = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]
-    finally:
-        os.close(pidfd)
-    if not ready:
-        _kill_group(pid)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.monotonic() - started
-    kill_descendants()
-    return Exit(status, not ready, wall, usage.ru_utime + usage.ru_stime)
-
-
-def _kill_group(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def failure_verdict(ended: Exit, *, stdout_size: int, stderr_tail: str, limits: Limits) -> Verdict:
+def failure_verdict(ended: Exit, *, stdout_size: int, stderr_tail: str, limits: Limits,
+                    oom: bool = False) -> Verdict:
     """The verdict of a program process that timed out, failed, or wrote too much."""
     if ended.timed_out or ended.signal == signal.SIGXCPU:
         return Verdict.TIME_LIMIT
     if stdout_size >= limits.output_bytes or ended.signal == signal.SIGXFSZ:
         return Verdict.OUTPUT_LIMIT
     last = stderr_tail.strip().rsplit("\n", 1)[-1]
-    if last.startswith("MemoryError"):
+    if oom or last.startswith("MemoryError"):
         return Verdict.MEMORY_LIMIT
     return Verdict.RUNTIME_ERROR
 
 
-def describe_exit(ended: Exit) -> str:
+def describe_exit(ended: Exit, *, oom: bool = False) -> str:
     if ended.timed_out:
         return "killed at the time limit"
+    if oom:
+        return "killed: its memory cgroup ran out (memfd, tmpfs or shared memory count too)"
     if ended.signal is not None:
         return f"killed by signal {signal.Signals(ended.signal).name}"
     return f"exit code {ended.exit_code}"

@@ -1,38 +1,61 @@
-"""Running untrusted Python: containment for graded programs and the agents' `python_exec`.
+"""Running untrusted Python: the threat model, and the agents' `python_exec` (`run_python`).
 
-Threat model. We guard against programs written by a model that are buggy, greedy or naive
-(not a determined attacker), and against grading that hangs or lets processes linger.
+Threat model. The adversary is a model-written program (a graded program or a python_exec
+snippet) that tries to pass without solving, or to reach lcb, its secrets, other programs or the
+host. What holds, per tier and privilege:
 
-What every program gets, in both tiers (python_exec runs after the same import prelude as
-graded programs, so a snippet behaves as it will when graded):
-- a fresh forked process in its own session, whose parent is a disposable supervisor (killing
-  its parent harms nothing); the supervisor and the grading worker are child subreapers, so any
-  descendant, even a grandchild that called `setsid()`, stays findable;
-- a fresh private working directory, emptied before each stdin test and removed afterwards;
-- a scrubbed environment (PATH, HOME/TMPDIR = its directory, UTF-8 locale, PYTHONHASHSEED=0:
-  no API keys, no PYTHON* variables from the host);
-- rlimits: address space (`LCB_FUNCTIONAL_MEMORY_BYTES` for functional programs,
-  `LCB_SANDBOX_MEMORY_BYTES` otherwise; 4 GiB by default, 0 disables), CPU seconds, file size
-  (16 MiB, which also caps captured stdout/stderr), 256 open files, no core dumps;
-- stdin as a file (EOF at its end: reading "forever" ends), stdout/stderr captured in memory;
-- a hard wall-clock deadline after which its process group is killed; after every run, every
-  process it started is killed and reaped (no process survives a grading or python_exec call);
-- as root with cgroup-v1 pids available, a pids cgroup (`pids.max` bounds a program to 128
-  tasks, so a fork bomb stays small; its member list finds every survivor): a graded program
-  runs in its grading worker's group, which holds one program at a time and is emptied after
-  each (joining a fresh group per program would cost ~10 ms); each python_exec run gets its own;
-  elsewhere the subreaper sweep alone.
-- functional programs also run under LiveCodeBench's `reliability_guard` (`os.system`,
-  `os.kill`, `subprocess.Popen`, … disabled) as LiveCodeBench runs them.
+Always (both tiers, any uid):
+- Answers stay out of the program. A graded program's processes are forked from a zygote
+  that never held a test (`lcb.grading.zygote`); the judge keeps the expected outputs and
+  computes every verdict (`lcb.grading.judge`): stdin output is compared there, a functional
+  return value crosses as data (`lcb.grading.values`) and is compared there. Nothing the program
+  writes can start, stop or stretch its clock, which runs in the judge and its host.
+- Data-only channels. Everything that crosses from a program's side to lcb's is size-capped
+  JSON checked against a schema and matched to its request (`lcb.grading.wire`); nothing is
+  unpickled. A malformed answer fails that program (or that slot), never shifts another's grade.
+- Nothing of lcb is reachable. lcb's processes are non-dumpable (no `/proc/<pid>/fd`,
+  `environ`, `mem` or ptrace for the same uid); programs get a scrubbed environment (no API
+  key), exactly fds 0/1/2 (plus the functional channel to the judge), their own session.
+- Landlock (Linux >= 5.13, where enabled): a program reads only the system directories and the
+  interpreter (not lcb's checkout, its data, results or any home), writes only its own `/tmp`
+  or working directory, cannot bind or connect TCP (ABI >= 4), nor signal or connect to an
+  abstract socket of any process outside its domain (ABI >= 6).
+- Resources: rlimits (address space `LCB_FUNCTIONAL_MEMORY_BYTES` / `LCB_SANDBOX_MEMORY_BYTES`,
+  CPU seconds, 16 MiB per file and captured stdout, 256 files, no core dumps), a wall-clock
+  deadline, and after every run every process it started is killed and reaped (the program's
+  host and the zygote are child subreapers). stderr is drained, never capped, never judged.
 
-What `sandbox="process"` does NOT protect against: the program runs as lcb's user (often root),
-with the real file system and network. It can read whatever that user can, write files outside
-its directory (each capped at 16 MiB, but not their number), open network connections, and, as
-root, deliberately leave its cgroup, signal or ptrace other processes, or forge its own result
-(functional programs share a process with the test harness, as in LiveCodeBench). Threads count
-against the 128-task cap. Use `sandbox="bwrap"` (bubblewrap: no network, read-only root, private
-/tmp, own PID namespace, killed with lcb) to take away the network, writes outside /tmp and the
-view of other processes; run lcb in a container or VM for anything stronger.
+As root (lcb's usual case in containers and on cluster nodes), also:
+- each grading slot and each python_exec run has a uid of its own (`lcb.grading.claims`), with
+  no capabilities and `no_new_privs`: programs cannot signal, trace or read lcb or one another,
+  cannot write lcb's files, and RLIMIT_NPROC bounds their tasks;
+- a private, size-capped tmpfs `/tmp` and `/dev/shm`, and a private IPC namespace, per program:
+  nothing it writes outlives it or reaches the next program;
+- where cgroup v1 is mounted: per slot a pids group (pids.max), a memory group whose limit
+  covers memfd, tmpfs and shared memory, and a cpu group of equal weight, so one program
+  cannot starve another graded beside it into a time limit.
+
+`sandbox="bwrap"` adds bubblewrap around judges, zygotes and python_exec: no network at all (UDP
+too), a read-only root, its own PID, IPC and UTS namespaces, `--cap-drop ALL` (a zygote keeps
+only what it needs to confine programs) and no user namespace as root (programs run as a real,
+unprivileged uid, so a remount is impossible).
+
+What does NOT hold:
+- In the process tier, UDP and unix sockets stay open (Landlock covers TCP only); use bwrap to
+  close the network.
+- As a non-root user: programs run as lcb's uid, so the uid, tmpfs, IPC and cgroup layers above
+  are missing: a program can write files its uid may write only where Landlock allows (its
+  working directory), leave System V shared memory behind, and, without Landlock, signal lcb.
+- Without Landlock (old kernels, LSM disabled) programs can read any file their uid can read,
+  including the data files: keep data and results unreadable to the programs' uid, or use bwrap.
+- `--grader official` runs LiveCodeBench's in-process grader: the program shares its process
+  with the expected outputs and can forge its own result. It is for trusted comparisons; every
+  other layer above still applies. Use the default grader for untrusted code.
+- Kernel exploits. For stronger isolation run lcb in a VM.
+
+`run_python` (the agents' `python_exec`) runs a snippet with the same confinement in a fresh
+helper (`serve_one`, one per run, its own uid and cgroups), after the import prelude graded
+programs get, so a snippet behaves as it will when graded.
 
 Example:
     >>> from lcb.grading.sandbox import run_python
@@ -44,21 +67,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
-from lcb.grading import child
-from lcb.grading.contain import (
-    Limits,
-    PidsJail,
-    become_subreaper,
-    die_with_parent,
-    own_rlimits,
-)
+from lcb.grading import claims
+from lcb.grading.cgroups import Jail
+from lcb.grading.contain import Limits, become_subreaper, die_with_parent, own_rlimits
 from lcb.grading.launch import SANDBOXES, SandboxUnavailable, check_sandbox, python_argv, start
-from lcb.grading.process import enter_supervisor, make_workdir, memfd, read_fd, spawn, wait_exit
+from lcb.grading.privilege import can_switch_uid, make_undumpable
+from lcb.grading.slot import MEMORY_HEADROOM
 
 __all__ = ["SANDBOXES", "RunResult", "SandboxError", "SandboxUnavailable", "check_sandbox",
            "run_python"]
@@ -84,6 +102,11 @@ class RunResult:
     cpu_s: float
 
 
+_TYPES = {"stdout": (str,), "stderr": (str,), "exit_code": (int, type(None)),
+          "timed_out": (bool,), "output_truncated": (bool,), "wall_s": (int, float),
+          "cpu_s": (int, float)}
+
+
 def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
                sandbox: str = "process", prelude: bool = True) -> RunResult:
     """Run `code` as a script in a fresh contained process; stdout/stderr clipped to 64 KiB.
@@ -100,27 +123,49 @@ def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
     if not 0 < timeout_s <= 600:
         raise ValueError(f"timeout_s must be in (0, 600], got {timeout_s}")
     check_sandbox(sandbox)
+    make_undumpable()
     limits = Limits.for_stdin()
     request = json.dumps({"code": code, "stdin": stdin, "timeout_s": timeout_s,
                           "prelude": bool(prelude), "limits": limits._asdict()}).encode()
-    jail = PidsJail.create(max_tasks=limits.max_tasks + 16, prefix="lcb-exec")
-    proc = start(python_argv("lcb.grading.sandbox:serve_one", sandbox=sandbox), jail=jail,
-                 stderr=subprocess.PIPE)
+    claim = claims.claim_uid() if can_switch_uid() else None
+    jail = Jail.create(max_tasks=limits.max_tasks + 16, prefix="lcb-exec",
+                       memory_bytes=limits.memory_bytes + MEMORY_HEADROOM
+                       if limits.memory_bytes else 0)
     try:
-        out, err = proc.communicate(request, timeout=timeout_s + _SLACK_S)
-    except subprocess.TimeoutExpired:
-        raise SandboxError(f"the python_exec helper overran {timeout_s + _SLACK_S:.0f}s") from None
+        argv = python_argv("lcb.grading.sandbox:serve_one", sandbox=sandbox, role="exec",
+                           args=(claim.uid if claim else None,))
+        proc = start(argv, jail=jail, stderr=subprocess.PIPE, oom_score_adj=-1000)
+        try:
+            out, err = proc.communicate(request, timeout=timeout_s + _SLACK_S)
+        except subprocess.TimeoutExpired:
+            raise SandboxError(f"the python_exec helper overran {timeout_s + _SLACK_S:.0f}s"
+                               ) from None
+        finally:
+            _stop(proc, jail)
     finally:
-        _stop(proc, jail)
+        if claim is not None:
+            claim.release()
+    return _result(out, err, proc.returncode)
+
+
+def _result(out: bytes, err: bytes, returncode: int | None) -> RunResult:
+    """The helper's answer, checked field by field."""
     try:
-        return RunResult(**json.loads(out))
-    except (ValueError, TypeError):
+        answer = json.loads(out)
+        if not isinstance(answer, dict) or set(answer) != set(_TYPES):
+            raise ValueError("unexpected fields")
+        for name, types in _TYPES.items():
+            value = answer[name]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise ValueError(f"{name} has the wrong type")
+        return RunResult(**{f.name: answer[f.name] for f in fields(RunResult)})
+    except (ValueError, TypeError, RecursionError):
         tail = err.decode("utf-8", "replace")[-2000:]
-        raise SandboxError(f"the python_exec helper failed (exit {proc.returncode}): {tail}"
+        raise SandboxError(f"the python_exec helper failed (exit {returncode}): {tail}"
                            ) from None
 
 
-def _stop(proc: subprocess.Popen, jail: PidsJail | None) -> None:
+def _stop(proc: subprocess.Popen, jail: Jail | None) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
@@ -129,33 +174,62 @@ def _stop(proc: subprocess.Popen, jail: PidsJail | None) -> None:
         jail.remove()
 
 
-def _clipped(fd: int) -> tuple[str, bool]:
-    size = os.fstat(fd).st_size
-    text = read_fd(fd, CLIP_BYTES).decode("utf-8", "replace")
-    if size <= CLIP_BYTES:
-        return text, False
-    return f"{text}\n…[output clipped: {size} bytes in all, first {CLIP_BYTES} shown]", True
-
-
-def serve_one() -> None:
+def serve_one(uid: int | None = None) -> None:
     """Entry of the fresh helper process: run one request from stdin, answer JSON on stdout."""
+    from lcb.grading import child, host, mounts, zygote
+    from lcb.grading.process import (
+        StderrTail,
+        finish,
+        make_workdir,
+        memfd,
+        read_fd,
+        remove_tree,
+        spawn,
+        temp_root,
+        watch,
+    )
+
     request = json.loads(_read_all(0))  # raw fds: sys.stdin/stdout stay pristine for the child
     limits, timeout_s = Limits(**request["limits"]), float(request["timeout_s"])
+    make_undumpable()
     die_with_parent()
     become_subreaper()
+    identity, _ = zygote.decide(uid)
+    if identity.private_tmp:
+        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes)
     workdir = make_workdir("lcb-exec-")
-    enter_supervisor(workdir, limits)
-    fds = (memfd("stdin", request["stdin"].encode()), memfd("stdout"), memfd("stderr"))
-    started = time.monotonic()
+    if uid is not None:
+        os.chown(workdir, uid, uid)
     prelude = bool(request["prelude"])
     main = child.script_module("<python_exec>", prelude=prelude)
-    pid = spawn(lambda: child.run_as_script(request["code"], main=main, after_prelude=prelude),
-                fds=fds, rlimits=own_rlimits(limits, cpu_s=timeout_s + 1))
-    ended = wait_exit(pid, started=started, deadline=started + timeout_s)
-    (stdout, cut_out), (stderr, cut_err) = _clipped(fds[1]), _clipped(fds[2])
-    shutil.rmtree(workdir, ignore_errors=True)
-    answer = RunResult(stdout=stdout, stderr=stderr, exit_code=ended.exit_code,
-                       timed_out=ended.timed_out, output_truncated=cut_out or cut_err,
+
+    def body() -> None:
+        host.confine(limits, workdir, identity)
+        child.run_as_script(request["code"], main=main, after_prelude=prelude)
+
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    fds = (memfd("stdin", request["stdin"].encode("utf-8", "surrogatepass")), memfd("stdout"),
+           err_w)
+    started = time.monotonic()
+    pid = spawn(body, fds=fds, rlimits=own_rlimits(limits, cpu_s=timeout_s + 1))
+    os.close(err_w)
+    stderr, pidfd = StderrTail(err_r, keep=CLIP_BYTES), os.pidfd_open(pid)
+    how = watch(pidfd, deadline=started + timeout_s, stderr=stderr)
+    ended = finish(pid, pidfd, kill=how != "exited", started=started,
+                   timed_out=how == "deadline")
+    size = os.fstat(fds[1]).st_size
+    stdout = read_fd(fds[1], CLIP_BYTES).decode("utf-8", "replace")
+    if size > CLIP_BYTES:
+        stdout += f"\n…[output clipped: {size} bytes in all, first {CLIP_BYTES} shown]"
+    stderr_text = stderr.close()
+    if stderr.total > CLIP_BYTES:
+        stderr_text = (f"…[stderr clipped: {stderr.total} bytes in all, last {CLIP_BYTES} "
+                       f"shown]\n{stderr_text}")
+    if not identity.private_tmp:
+        remove_tree(workdir)
+    answer = RunResult(stdout=stdout, stderr=stderr_text, exit_code=ended.exit_code,
+                       timed_out=ended.timed_out,
+                       output_truncated=size > CLIP_BYTES or stderr.total > CLIP_BYTES,
                        wall_s=round(ended.wall_s, 4), cpu_s=round(ended.cpu_s, 4))
     data = memoryview(json.dumps(asdict(answer)).encode())
     while data:

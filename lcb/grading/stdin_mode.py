@@ -1,71 +1,156 @@
-"""Stdin mode in a supervisor: each test is a fresh process forked from a prepared `__main__`.
+"""Stdin mode, on the judge's side: tests go to the program's host ahead, verdicts are made here.
 
-The prelude ran once, in the worker (`child.prelude_module`); each test's process gets the input as
-its fd 0 (a memfd: EOF at the end), writes fd 1/2 into capped memfds, starts in an emptied
-working directory, and passes iff it exits with code 0 and its stdout matches by the official
-comparison.
+The judge keeps up to `AHEAD_TESTS` tests (and `AHEAD_BYTES` of input) queued at the host
+(`lcb.grading.host_stdin`): for each, an input memfd and an empty stdout memfd. The host runs
+them back to back and reports in batches; for each report the judge reads what the process
+wrote and decides: the test passes iff the process exited with code 0 before its deadline and
+its stdout matches by the official comparison, which runs here: the program's process never
+holds an expected output. At the first failure (fail-fast) the judge sends `stop` and drops the
+reports of tests that ran past it.
+
+Times come from the host's own clock (a stopped host still sees the deadline pass); a report
+whose time is over the limit is a time limit whatever it says. A host that sends nothing for
+the time limit plus `HOST_SLACK_S` (a program that stopped or killed it) fails the test it was
+running and ends the program.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from collections.abc import Callable, Iterator
-from typing import NoReturn
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from lcb.grading import child
 from lcb.grading.compare import stdout_matches
-from lcb.grading.contain import own_rlimits
-from lcb.grading.process import (
-    Job,
-    describe_exit,
-    failure_verdict,
-    memfd,
-    read_fd,
-    reset_workdir,
-    spawn,
-    wait_exit,
-)
+from lcb.grading.judge import HOST_SLACK_S, Host, HostLost, check_report
+from lcb.grading.process import Exit, describe_exit, failure_verdict, memfd, read_fd
 from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
 
+if TYPE_CHECKING:
+    from lcb.grading.default import Job
 
-def run_stdin_test(job: Job, index: int, *, body: Callable[[], NoReturn],
-                   rlimits: tuple[tuple[int, tuple[int, int]], ...], workdir: str) -> dict:
-    """Run test `index` in a fresh process forked to run `body` (the program, prepared)."""
+AHEAD_TESTS = 64
+AHEAD_BYTES = 64 << 20
+_PER_REQUEST = 120       # test pairs per request (two descriptors each)
+_LATE_S = 0.5
+
+
+def run_stdin(host: Host, job: Job) -> Iterator[dict]:
+    yield from _Stream(host, job).results()
+
+
+class _Stream:
+    def __init__(self, host: Host, job: Job):
+        self.host, self.job = host, job
+        self.next_index = 0
+        self.ahead: deque[tuple[int, int, int]] = deque()  # (index, stdout fd, input bytes)
+        self.ahead_bytes = 0
+
+    def _top_up(self) -> None:
+        job, batch = self.job, []
+        while self.next_index < len(job.tests) and len(self.ahead) < AHEAD_TESTS and (
+                not self.ahead or self.ahead_bytes < AHEAD_BYTES):
+            data = job.tests[self.next_index].input.encode("utf-8", "surrogatepass")
+            batch.append((self.next_index, memfd("stdin", data), memfd("stdout")))
+            self.ahead.append((self.next_index, batch[-1][2], len(data)))
+            self.ahead_bytes += len(data)
+            self.next_index += 1
+            if len(batch) == _PER_REQUEST:
+                self._send(batch)
+                batch = []
+        if batch:
+            self._send(batch)
+
+    def _send(self, batch: list[tuple[int, int, int]]) -> None:
+        fds = [fd for _, in_fd, out_fd in batch for fd in (in_fd, out_fd)]
+        try:
+            self.host.send({"op": "stdin", "first": batch[0][0], "timeout": self.job.timeout_s,
+                            "fail_fast": not self.job.all_tests}, fds)
+        finally:
+            for _, in_fd, _ in batch:
+                os.close(in_fd)
+
+    def results(self) -> Iterator[dict]:
+        try:
+            self._top_up()
+            while self.ahead:
+                started = time.monotonic()
+                message = self.host.reply(deadline=started + self.job.timeout_s + HOST_SLACK_S)
+                for raw in _reports(message):
+                    result = self._judge(raw)
+                    yield result
+                    if result["v"] is not Verdict.PASSED and not self.job.all_tests:
+                        try:
+                            self._stop(stopped=message.get("stopped") is True)
+                        except HostLost:
+                            pass  # the zygote cleans up (the host is marked lost)
+                        return
+                if message.get("stopped") is True:
+                    return
+                self._top_up()
+        except HostLost as exc:
+            if self.ahead:
+                yield lost_result(self.ahead[0][0], self.job, exc)
+        finally:
+            self._close_ahead()
+
+    def _judge(self, raw: dict) -> dict:
+        if not self.ahead or raw.get("i") != self.ahead[0][0]:
+            self.host.lost = True
+            raise HostLost("the program's host reported tests out of order")
+        index, out_fd, size = self.ahead.popleft()
+        self.ahead_bytes -= size
+        try:
+            return _verdict(self.job, index, check_report(raw), out_fd)
+        finally:
+            os.close(out_fd)
+
+    def _stop(self, *, stopped: bool) -> None:
+        """Stop the host's run and drop the reports of the tests after the failure."""
+        if stopped or self.host.lost:
+            return
+        self.host.send({"op": "stop"})
+        deadline = time.monotonic() + self.job.timeout_s + HOST_SLACK_S
+        while self.host.reply(deadline=deadline).get("stopped") is not True:
+            pass
+
+    def _close_ahead(self) -> None:
+        while self.ahead:
+            os.close(self.ahead.popleft()[1])
+
+
+def _reports(message: dict) -> list[dict]:
+    reports = message.get("reports")
+    if not isinstance(reports, list) or not all(isinstance(r, dict) for r in reports):
+        raise HostLost("the program's host sent a malformed message")
+    return reports
+
+
+def lost_result(index: int, job: Job, exc: HostLost) -> dict:
+    """The verdict of a test whose host went away (killed by the program: a runtime error) or
+    went silent (stopped by it, or the test overran: a time limit)."""
+    verdict = Verdict.TIME_LIMIT if exc.timed_out else Verdict.RUNTIME_ERROR
+    return {"i": index, "v": verdict, "wall": job.timeout_s if exc.timed_out else 0.0,
+            "cpu": 0.0, "actual": "", "error": f"the program's host stopped answering: {exc}"}
+
+
+def _verdict(job: Job, index: int, report: dict, out_fd: int) -> dict:
     test = job.tests[index]
-    reset_workdir(workdir)
-    fds = (memfd("stdin", test.input.encode()), memfd("stdout"), memfd("stderr"))
-    try:
-        started = time.monotonic()
-        pid = spawn(body, fds=fds, rlimits=rlimits)
-        ended = wait_exit(pid, started=started, deadline=started + job.timeout_s)
-        out_size = os.fstat(fds[1]).st_size
-        actual = read_fd(fds[1], job.limits.output_bytes).decode("utf-8", "replace")
-        error = read_fd(fds[2], FEEDBACK_CHARS, tail=True).decode("utf-8", "replace")
-    finally:
-        for fd in fds:
-            os.close(fd)
+    out_size = os.fstat(out_fd).st_size
+    actual = read_fd(out_fd, job.limits.output_bytes).decode("utf-8", "replace")
+    late = report["wall"] > job.timeout_s + _LATE_S
+    ended = Exit(report["status"], report["timed_out"] or late, report["wall"], report["cpu"])
+    error = report["stderr"][-FEEDBACK_CHARS:]
     if ended.timed_out or ended.exit_code != 0 or out_size >= job.limits.output_bytes:
         verdict = failure_verdict(ended, stdout_size=out_size, stderr_tail=error,
-                                  limits=job.limits)
+                                  limits=job.limits, oom=report["oom"])
     else:
         verdict = Verdict.PASSED if stdout_matches(actual, test.output) else Verdict.WRONG_ANSWER
     result = {"i": index, "v": verdict, "wall": ended.wall_s, "cpu": ended.cpu_s}
     if verdict is Verdict.WRONG_ANSWER:
         result.update(actual=clip(actual), error=error)
     elif verdict is not Verdict.PASSED:
-        result.update(actual=clip(actual), error=error or describe_exit(ended))
+        result.update(actual=clip(actual),
+                      error=error or describe_exit(ended, oom=report["oom"]))
     return result
-
-
-def run_stdin(job: Job, workdir: str) -> Iterator[dict]:
-    main = child.prelude_module("__main__")
-    child.prepare_script(main)  # once here, not in every test's process
-    body = functools.partial(child.run_as_script, job.code, main=main, prepared=True)
-    rlimits = own_rlimits(job.limits, cpu_s=job.timeout_s + 1)
-    for index in range(len(job.tests)):
-        result = run_stdin_test(job, index, body=body, rlimits=rlimits, workdir=workdir)
-        yield result
-        if result["v"] is not Verdict.PASSED and not job.all_tests:
-            return

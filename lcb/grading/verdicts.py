@@ -1,7 +1,7 @@
 """Verdicts: the enum every test result carries, and the clipping of feedback text.
 
 Contract: `Verdict` values are the strings records carry. This module is stdlib-only and slim
-(grading workers import it; forking them must stay cheap). The grade data (`TestOutcome`,
+(zygotes import it; forking them must stay cheap). The grade data (`TestOutcome`,
 `Feedback`, `Grade`) lives in `lcb.grading.grades` and is re-exported here on first use.
 """
 
@@ -38,7 +38,7 @@ def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
 
 def __getattr__(name: str):
     # Grade data classes load on first use: `dataclasses` pulls in `inspect`, `ast`, `dis` …,
-    # which would fatten every grading worker (and every process forked from it).
+    # which would fatten every zygote (and every process forked from it).
     if name in ("Feedback", "Grade", "TestOutcome"):
         from lcb.grading import grades
 

@@ -1,0 +1,184 @@
+"""Cgroup-v1 jails: one group per controller (pids, memory, cpu) around a tree of processes.
+
+Contract:
+- `Jail.create(max_tasks=…, memory_bytes=…)` makes a group named `<prefix>-<pid>-<hex>` in each
+  available controller, nested under this process's own group there (so an outer guard's caps
+  still apply), or returns None where cgroups are unavailable (not root, cgroup v2, a read-only
+  /sys). The pids group is required (it is how members are listed and killed); memory and cpu
+  groups are added where those controllers are mounted and writable.
+  - pids: `pids.max = max_tasks` (processes and threads);
+  - memory: `memory.limit_in_bytes = memory_bytes` when > 0. It counts what an address-space
+    rlimit does not: memfd, tmpfs and shared-memory pages;
+  - cpu: a group of its own, so every jail gets the default, equal `cpu.shares` (a program that
+    forks many spinners shares one jail's slice of the CPU, not the machine's).
+- `procs_files()` are the `cgroup.procs` files a process writes its pid into to join (see
+  `launch.start`); `members()` lists every process in the pids group and nested groups;
+  `kill_all()` SIGKILLs them until none is left; `remove()` removes the emptied groups.
+- `oom_kills()` counts the memory controller's OOM kills in the group (None without one).
+- Creating a jail first removes stale ones (named after a process that no longer exists). Call
+  it only from lcb's own processes in the host's PID namespace, never inside a sandbox: there
+  other processes' pids are not visible and every jail would look stale.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+CONTROLLERS = ("pids", "memory", "cpu")
+_JAIL_NAME = re.compile(r"lcb(?:-[a-z]+)?-(\d+)-[0-9a-f]{8}")
+
+
+class Jail:
+    """A set of cgroups (controller -> directory) holding one tree of processes."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, paths: dict[str, str]):
+        self.paths = dict(paths)
+
+    def __repr__(self) -> str:
+        return f"Jail({self.paths!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Jail) and other.paths == self.paths
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.paths.items())))
+
+    @property
+    def path(self) -> str:
+        """The pids group's directory."""
+        return self.paths["pids"]
+
+    @classmethod
+    def create(cls, *, max_tasks: int, memory_bytes: int = 0, prefix: str = "lcb",
+               controllers: tuple[str, ...] = CONTROLLERS) -> Jail | None:
+        """Fresh groups under this process's own ones, or None where pids is unavailable."""
+        name = f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
+        settings = {"pids": {"pids.max": str(max_tasks)},
+                    "memory": {"memory.limit_in_bytes": str(memory_bytes)} if memory_bytes
+                    else {},
+                    "cpu": {}}
+        paths: dict[str, str] = {}
+        for controller in ("pids", *[c for c in controllers if c != "pids"]):
+            path = _make_group(controller, name, settings.get(controller, {}))
+            if path is None and controller == "pids":
+                return None
+            if path is not None:
+                paths[controller] = path
+        return cls(paths)
+
+    def procs_files(self) -> list[str]:
+        return [os.path.join(path, "cgroup.procs") for path in self.paths.values()]
+
+    def add(self, pid: int) -> None:
+        for procs in self.procs_files():
+            _write(procs, str(pid))
+
+    def members(self) -> list[int]:
+        """Every process in the pids group and in groups nested under it."""
+        return _members(self.path)
+
+    def kill_all(self, *, settle_s: float = 5.0, spare: int | None = None) -> bool:
+        """SIGKILL every member (but `spare`) until none is left; True on success."""
+        from lcb.grading.contain import kill_until_gone
+
+        alive: Callable[[], list[int]] = self.members
+        if spare is not None:
+            alive = lambda: [p for p in self.members() if p != spare]  # noqa: E731
+        return kill_until_gone(alive, settle_s=settle_s)
+
+    def oom_kills(self) -> int | None:
+        """How many processes the memory controller has killed in this group."""
+        path = self.paths.get("memory")
+        return None if path is None else read_oom_kills(path)
+
+    def remove(self) -> None:
+        """Remove the (emptied) groups and any nested groups; leave a group that is busy."""
+        for path in self.paths.values():
+            _remove_tree(path)
+
+
+def read_oom_kills(memory_group: str) -> int | None:
+    """The `oom_kill` counter of a cgroup-v1 memory group (None if unreadable)."""
+    try:
+        with open(os.path.join(memory_group, "memory.oom_control")) as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def own_group(controller: str) -> str:
+    """This process's group directory in a cgroup-v1 controller (OSError, StopIteration or
+    IndexError where there is none)."""
+    with open("/proc/self/cgroup") as fh:
+        line = next(ln for ln in fh.read().splitlines()
+                    if controller in ln.split(":")[1].split(","))
+    mount = os.path.join(CGROUP_ROOT, controller)
+    return os.path.join(mount, line.split(":", 2)[2].lstrip("/"))
+
+
+def _make_group(controller: str, name: str, settings: dict[str, str]) -> str | None:
+    try:
+        parent = own_group(controller)
+        _sweep_stale(parent)
+        path = os.path.join(parent, name)
+        os.mkdir(path)
+    except (OSError, StopIteration, IndexError):
+        return None
+    try:
+        for file, value in settings.items():
+            _write(os.path.join(path, file), value)
+    except OSError:
+        _remove_tree(path)
+        return None
+    return path
+
+
+def _members(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as fh:
+            found = [int(p) for p in fh.read().split()]
+        nested = _subdirs(path)
+    except OSError:
+        return []
+    return found + [pid for sub in nested for pid in _members(sub)]
+
+
+def _remove_tree(path: str) -> None:
+    try:
+        for nested in _subdirs(path):
+            _remove_tree(nested)
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _subdirs(path: str) -> list[str]:
+    with os.scandir(path) as entries:
+        return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+
+
+def _sweep_stale(parent: str) -> None:
+    """Empty and remove jails whose creator died without cleaning up (e.g. it was killed)."""
+    for path in _subdirs(parent):
+        match = _JAIL_NAME.fullmatch(os.path.basename(path))
+        if match and not os.path.exists(f"/proc/{match[1]}"):
+            from lcb.grading.contain import kill_until_gone
+
+            kill_until_gone(lambda p=path: _members(p), settle_s=1.0)
+            _remove_tree(path)

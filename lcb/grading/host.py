@@ -1,0 +1,302 @@
+"""The program host: one per program, forked by the zygote, parent of the program's processes.
+
+It is the program's side of the boundary. It holds the program's source and nothing it is
+judged against: the judge sends each test's input as a memfd (stdin mode) or a line on the
+program's channel (functional mode) and keeps the expected outputs to itself.
+
+A host is forked ahead, as a spare, before its program is known (`serve`): as root it enters
+new mount and IPC namespaces with a private tmpfs `/tmp` and `/dev/shm` (`mounts.private_tmp`),
+makes its working directory and its Landlock ruleset. Then, on `{"op": "load", mode, fn_name,
+limits}` with the program as a memfd, it compiles the program once (a syntax error is the whole
+answer), imports numpy when the program mentions it (as LiveCodeBench's grader has it imported
+before its guard), sets the rlimits, and confines itself for good (`confine`): the program's own
+uid (lcb as root: no capabilities), scrubbed environment, Landlock (read-only system and
+interpreter, writable `/tmp` or its directory only, no TCP, no signal or ptrace outside). From
+then on the host runs as the program would; it can harm only its own program.
+
+Operations on its control socket (see `lcb.grading.judge`):
+- `stdin` (fds: input and stdout memfds, in pairs): queued tests, run by `host_stdin`;
+- `functional` (fd: the program's channel): one process runs the tests the judge feeds it; the
+  reply is its exit report, sent when it ends or when the judge sends `kill`;
+- `official` (fds: tests memfd, channel): LiveCodeBench's `run_test` in one process;
+- `stop` (answered `{"stopped"}`), `kill` (ignored when nothing runs), `end` (or EOF): kill
+  whatever is left and exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn
+
+from lcb.grading import child, landlock, mounts, privilege, wire
+from lcb.grading.cgroups import read_oom_kills
+from lcb.grading.contain import (
+    Limits,
+    apply_shared_limits,
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    own_rlimits,
+    prepare_sandbox,
+)
+from lcb.grading.prelude import compile_after_prelude
+from lcb.grading.process import (
+    StderrTail,
+    finish,
+    make_workdir,
+    remove_tree,
+    reset_workdir,
+    spawn,
+    temp_root,
+    watch,
+)
+
+_MAX_ERROR = 2000
+
+
+class Identity(NamedTuple):
+    """How the zygote's programs are confined (decided once, when the zygote starts)."""
+
+    uid: int | None             # the programs' own uid (lcb as root); None: lcb's uid
+    private_tmp: bool           # per-program tmpfs /tmp and /dev/shm (mount namespaces)
+    landlock: bool
+    read_roots: tuple[str, ...]  # what programs may read (see zygote.read_roots)
+    memory_group: str | None    # the cgroup-v1 memory group, to tell OOM kills apart
+
+
+class Host(NamedTuple):
+    mode: str
+    source: str
+    fn_name: str | None
+    code: Any                   # the compiled program (None in official mode)
+    limits: Limits
+    workdir: str
+    identity: Identity
+    script: Callable[[], NoReturn] | None
+    oom_seen: list[int]         # [oom kills counted so far] (mutable: updated after each kill)
+
+
+def serve(ctl_fd: int, identity: Identity) -> NoReturn:
+    """A spare host's whole life (in a fresh fork of the zygote): prepare, load, serve."""
+    workdir = None
+    try:
+        ctl = socket.socket(fileno=ctl_fd)
+        try:
+            workdir, ruleset = _prepare(identity)
+            failure = None
+        except Exception as exc:  # the judge reports it as an infrastructure failure
+            failure = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR]
+        message, fds = wire.recv(ctl, max_fds=1)
+        if failure or message.get("op") != "load" or len(fds) != 1:
+            wire.send(ctl, {"setup_error": failure or "expected a load request"})
+            return
+        host, hello = _load(message, fds[0], workdir, ruleset, identity)
+        wire.send(ctl, hello)
+        if "compile_error" not in hello:
+            _serve_ops(host, ctl)
+    except wire.ChannelError:
+        pass  # the judge went away (or gave up on this program)
+    except BaseException:  # a bug of lcb's: leave its traceback in the slot's log
+        traceback.print_exc()
+    finally:
+        kill_descendants(settle_s=2.0)
+        if workdir is not None and not identity.private_tmp:
+            remove_tree(workdir)
+        os._exit(0)
+
+
+def _prepare(identity: Identity) -> tuple[str, int | None]:
+    """What needs no program: namespaces, the working directory, the Landlock ruleset."""
+    die_with_parent()
+    become_subreaper()
+    if identity.private_tmp:
+        limits = Limits()
+        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes)
+    workdir = make_workdir()
+    if identity.uid is not None:
+        os.chown(workdir, identity.uid, identity.uid)
+    return workdir, _ruleset(workdir, identity)
+
+
+def _ruleset(workdir: str, identity: Identity) -> int | None:
+    if not identity.landlock:
+        return None
+    writable = [temp_root(), "/dev/shm"] if identity.private_tmp else [workdir]
+    return landlock.build(read=identity.read_roots, write=[*writable, "/dev/null"])
+
+
+def _read_source(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogatepass")
+
+
+def compile_program(source: str) -> Any:
+    """The code object, or the error text when the program (after the prelude) cannot compile
+    (see `prelude.compile_after_prelude`: a `from __future__` import is a syntax error)."""
+    try:
+        return compile_after_prelude(source, child.SCRIPT_FILE)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
+          identity: Identity) -> tuple[Host, dict]:
+    mode, fn_name = request["mode"], request.get("fn_name")
+    limits = Limits(**request["limits"])
+    source = _read_source(source_fd)
+    code = None if mode == "official" else compile_program(source)
+    if isinstance(code, str):
+        return _host(mode, source, fn_name, None, limits, workdir, identity), {
+            "compile_error": code[:_MAX_ERROR]}
+    if code is not None and "numpy" in source:
+        _import_quietly("numpy")
+    confine(limits, workdir, identity, ruleset=ruleset)
+    host = _host(mode, source, fn_name, code, limits, workdir, identity)
+    gc.freeze()  # forked programs then never touch these objects when they collect garbage
+    return host, {"ready": True, "pid": os.getpid()}
+
+
+def _host(mode: str, source: str, fn_name: str | None, code: Any, limits: Limits,
+          workdir: str, identity: Identity) -> Host:
+    script = None
+    if mode == "stdin" and code is not None:
+        main = child.prelude_module("__main__")
+        child.prepare_script(main)  # once here, not in every test's process
+        script = functools.partial(child.run_as_script, code, main=main, prepared=True)
+    oom = read_oom_kills(identity.memory_group) if identity.memory_group else None
+    return Host(mode, source, fn_name, code, limits, workdir, identity, script,
+                [oom] if oom is not None else [])
+
+
+def _import_quietly(name: str) -> None:
+    try:
+        __import__(name)
+    except Exception:  # noqa: BLE001 - the program's own import will report it
+        pass
+
+
+def confine(limits: Limits, workdir: str, identity: Identity, *,
+            ruleset: int | None = None) -> None:
+    """Become the program's side for good (see module docstring)."""
+    if ruleset is None:
+        ruleset = _ruleset(workdir, identity)
+    apply_shared_limits(limits, own_uid=identity.uid is not None)
+    privilege.set_oom_score_adj(1000)  # the program's side goes first when memory runs out
+    if identity.uid is not None:
+        privilege.drop_to(identity.uid)
+    prepare_sandbox(workdir)  # as the program's uid: the directory is its own
+    if ruleset is not None:
+        landlock.restrict(ruleset)
+        os.close(ruleset)
+    privilege.make_undumpable()
+
+
+def _serve_ops(host: Host, ctl: socket.socket) -> None:
+    from lcb.grading.host_stdin import StdinRun  # loaded by the zygote (a cycle at import time)
+
+    stdin = StdinRun(host, ctl)
+    handlers = {"functional": _functional, "official": _official}
+    while True:
+        message, fds = wire.recv(ctl, max_fds=wire.MAX_FDS)
+        op = message.get("op")
+        if op == "end":
+            wire.close_all(fds)
+            return
+        if op == "stdin":
+            stdin.add(message, fds)
+            stdin.run()
+        elif op == "stop":  # nothing runs: say so
+            wire.close_all(fds)
+            wire.send(ctl, {"reports": [], "stopped": True})
+        elif op == "kill":  # meant for a process that has ended meanwhile
+            wire.close_all(fds)
+        elif op in handlers:
+            wire.send(ctl, handlers[op](host, message, fds, ctl))
+        else:
+            wire.close_all(fds)
+            raise wire.ChannelError(f"unknown operation {op!r}")
+
+
+@functools.cache
+def _cached_rlimits(limits: Limits, cpu_s: float) -> tuple:
+    return own_rlimits(limits, cpu_s=cpu_s)
+
+
+def rlimits(host: Host, cpu_s: float) -> tuple:
+    return _cached_rlimits(host.limits, cpu_s)
+
+
+def _functional(host: Host, message: dict, fds: list[int], ctl: socket.socket) -> dict:
+    [chan] = fds
+    body = functools.partial(child.run_functional, host.code, source=host.source,
+                             fn_name=host.fn_name, chan=chan)
+    return _run_child(host, message, body, keep=(chan,), close=(chan,), ctl=ctl)
+
+
+def _official(host: Host, message: dict, fds: list[int], ctl: socket.socket) -> dict:
+    from lcb.grading import official_child  # loaded by the zygote before forking this host
+
+    tests_fd, chan = fds
+    body = functools.partial(official_child.child_main, host.source, tests_fd=tests_fd, chan=chan,
+                             timeout_s=int(message["timeout"]),
+                             all_tests=bool(message["all_tests"]))
+    return _run_child(host, message, body, keep=(tests_fd, chan), close=(tests_fd, chan),
+                      ctl=ctl)
+
+
+def _run_child(host: Host, message: dict, body: Callable[[], NoReturn], *,
+               keep: tuple[int, ...], close: tuple[int, ...], ctl: socket.socket) -> dict:
+    """One long-lived program process the judge talks to directly; ends on its own or on
+    the judge's `kill` (and at `wall_s` at the latest)."""
+    reset_workdir(host.workdir)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    started = time.monotonic()
+    pid = spawn(body, fds=(devnull, devnull, err_w), keep=keep,
+                rlimits=rlimits(host, float(message["cpu_s"])))
+    for fd in (err_w, devnull, *close):
+        os.close(fd)
+    kill = lambda request, fds: (wire.close_all(fds), True)[1]  # noqa: E731
+    return run_to_end(host, pid, started, deadline=started + float(message["wall_s"]),
+                      stderr=StderrTail(err_r), ctl=ctl, on_control=kill)
+
+
+def run_to_end(host: Host, pid: int, started: float, *, deadline: float, stderr: StderrTail,
+               ctl: socket.socket | None = None, control_from: float = 0.0,
+               on_control: Callable[[dict, list[int]], bool] | None = None) -> dict:
+    """Wait for the program's process until it exits, the deadline passes, or a control
+    message for which `on_control` says "kill"; reap everything; report."""
+    pidfd = os.pidfd_open(pid)
+    while True:
+        how = watch(pidfd, deadline=deadline, stderr=stderr,
+                    control=None if ctl is None else ctl.fileno(), control_from=control_from)
+        if how != "control":
+            break
+        request, fds = wire.recv(ctl, max_fds=wire.MAX_FDS)
+        if on_control is not None and on_control(request, fds):
+            break
+    ended = finish(pid, pidfd, kill=how != "exited", started=started,
+                   timed_out=how == "deadline")
+    return {"status": ended.status, "timed_out": ended.timed_out, "wall": ended.wall_s,
+            "cpu": ended.cpu_s, "stderr": stderr.close()[-_MAX_ERROR:],
+            "oom": _oom_killed(host, ended.status)}
+
+
+def _oom_killed(host: Host, status: int) -> bool:
+    """True when the memory cgroup killed the program since the last check."""
+    if not host.oom_seen or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
+        return False
+    now = read_oom_kills(host.identity.memory_group) or host.oom_seen[0]
+    killed, host.oom_seen[0] = now > host.oom_seen[0], now
+    return killed

@@ -1,0 +1,221 @@
+"""The judge: a slim grading worker that holds the tests and computes every verdict.
+
+Started by `GradingPool` (`python -s -S -c '…main(fd)'`), one per slot, beside its zygote
+(`lcb.grading.zygote`, reached on the seqpacket socket `fd`). No program ever runs in it or is
+forked from it: the judge sends a program's source to the zygote as a memfd, gets a control
+socket to the new program host (`lcb.grading.host`), hands it each test's input, reads what the
+program wrote, and compares with the expected output here.
+
+Protocol with the pool, on stdin/stdout: length-prefixed JSON frames (`lcb.grading.wire`).
+- Once at start: `{"pid", "zygote": {"pid", "isolation"}}`, or `{"error"}` when the zygote
+  could not start (the pool raises it as a `GradingError` naming the reason).
+- Then per request `{"id", "kind": "default"|"official", ...}` (see `GradingPool`): one answer
+  `{"id", "ok": true, "run": ...}` or `{"id", "ok": false, "error": traceback}`. EOF ends it.
+
+`Zygote` and `Host` are the judge's handles on those two processes. A host runs as the program
+does and may be killed or stopped by it: a host that stops answering (`HostLost`) fails that
+program (its verdicts say so), never another one, and the zygote kills what is left of it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import traceback
+from typing import Any, NoReturn
+
+from lcb.grading import wire
+from lcb.grading.contain import Limits, die_with_parent
+from lcb.grading.privilege import make_undumpable
+from lcb.grading.process import memfd
+
+REQUEST_LIMIT = 1 << 34   # the pool is trusted; tests of one problem can reach gigabytes
+HOST_SLACK_S = 5.0        # beyond a test's time limit, for the host to kill, reap and reply
+_START_S = 60.0
+
+
+class HostLost(RuntimeError):
+    """The program's host went away, or (`timed_out`) stopped answering in time."""
+
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class ZygoteLost(RuntimeError):
+    """The zygote went away: this judge can grade nothing more (the pool starts a new slot)."""
+
+
+def check_report(message: dict) -> dict:
+    """A host's exit report, checked field by field."""
+    try:
+        report = {"status": int(message["status"]), "timed_out": bool(message["timed_out"]),
+                  "wall": float(message["wall"]), "cpu": float(message["cpu"]),
+                  "stderr": str(message["stderr"]), "oom": bool(message["oom"])}
+    except (KeyError, TypeError, ValueError):
+        raise HostLost(f"the program's host sent a malformed report: {sorted(message)}") from None
+    if report["wall"] < 0 or report["cpu"] < 0:
+        raise HostLost("the program's host sent negative times")
+    return report
+
+
+class Host:
+    """The judge's end of one program host's control socket."""
+
+    def __init__(self, sock: socket.socket, hello: dict):
+        self.sock, self.hello, self.lost = sock, hello, False
+
+    def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+        try:
+            wire.send(self.sock, message, fds)
+        except wire.ChannelError as exc:
+            self.lost = True
+            raise HostLost(f"the program's host is gone ({exc})") from None
+
+    def reply(self, *, deadline: float, timeout_ok: bool = False) -> dict | None:
+        """The host's next message; None at the deadline if `timeout_ok`."""
+        try:
+            message, _ = wire.recv(self.sock, deadline=deadline)
+        except wire.ChannelTimeout:
+            if timeout_ok:
+                return None
+            self.lost = True
+            raise HostLost("the program's host did not answer in time", timed_out=True) from None
+        except wire.ChannelError as exc:
+            self.lost = True
+            raise HostLost(f"the program's host is gone ({exc})") from None
+        return message
+
+    def request(self, message: dict, fds: list[int], *, deadline: float) -> dict:
+        self.send(message, fds)
+        return self.request_reply(deadline=deadline)
+
+    def request_reply(self, *, deadline: float) -> dict:
+        """The next report, checked (the request was sent earlier)."""
+        return self._checked(self.reply(deadline=deadline))
+
+    def _checked(self, message: dict | None) -> dict:
+        try:
+            return check_report(message or {})
+        except HostLost:
+            self.lost = True
+            raise
+
+    def kill(self) -> None:
+        """Ask the host to kill the program's running process (its report follows; a host
+        whose process already ended ignores it)."""
+        try:
+            self.send({"op": "kill"})
+        except HostLost:
+            pass
+
+    def exit_report(self, *, grace_s: float) -> dict | None:
+        """The report of the host's running process: wait `grace_s`, then have it killed and
+        wait `HOST_SLACK_S` more. None when the host is lost."""
+        try:
+            message = self.reply(deadline=time.monotonic() + grace_s, timeout_ok=True)
+            if message is None:
+                self.kill()
+                message = self.reply(deadline=time.monotonic() + HOST_SLACK_S)
+            return self._checked(message)
+        except HostLost:
+            return None
+
+    def close(self) -> None:
+        if not self.lost:
+            try:
+                wire.send(self.sock, {"op": "end"})
+            except wire.ChannelError:
+                self.lost = True
+        self.sock.close()
+
+
+class Zygote:
+    """The judge's end of its zygote's socket."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.hello, _ = wire.recv(sock, deadline=time.monotonic() + _START_S)
+
+    def _call(self, message: dict, fds: list[int] | tuple[int, ...] = (), *, max_fds: int = 0
+              ) -> tuple[dict, list[int]]:
+        try:
+            wire.send(self.sock, message, fds)
+            answer, got = wire.recv(self.sock, max_fds=max_fds,
+                                    deadline=time.monotonic() + 30.0)
+        except wire.ChannelError as exc:
+            raise ZygoteLost(f"the zygote is gone ({exc})") from None
+        if "error" in answer:
+            wire.close_all(got)
+            raise ZygoteLost(f"the zygote refused {message.get('op')!r}: {answer['error']}")
+        return answer, got
+
+    def open_host(self, *, source: str, mode: str, fn_name: str | None,
+                  limits: Limits) -> Host:
+        """Take the zygote's spare host and load the program into it; the host's hello says
+        ready, compile_error or setup_error."""
+        _, fds = self._call({"op": "host", "mode": mode}, max_fds=1)
+        if len(fds) != 1:
+            wire.close_all(fds)
+            raise ZygoteLost("the zygote handed out no host")
+        host = Host(socket.socket(fileno=fds[0]), {})
+        program = memfd("program", source.encode("utf-8", "surrogatepass"))
+        try:
+            host.send({"op": "load", "mode": mode, "fn_name": fn_name,
+                       "limits": limits._asdict()}, [program])
+            host.hello = host.reply(deadline=time.monotonic() + _START_S)
+        except HostLost as exc:
+            host.hello = {"setup_error": str(exc)}
+        finally:
+            os.close(program)
+        return host
+
+    def abort(self) -> None:
+        """Kill every process of the current program (its host included)."""
+        self._call({"op": "abort"})
+
+
+def _handle(zygote: Zygote, request: dict) -> Any:
+    from lcb.grading import default, official
+
+    kind = request.get("kind")
+    if kind == "default":
+        return default.run_default(zygote, request)
+    if kind == "official":
+        return default.run_official(zygote, request, official.judge_official)
+    raise ValueError(f"unknown request kind {kind!r}")
+
+
+def main(peer_fd: int, cpu: int | None = None) -> NoReturn:
+    """Serve the pool's requests until it closes the pipe (pinned to `cpu` if given)."""
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # stray prints must not corrupt the protocol
+    make_undumpable()
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    zygote = Zygote(socket.socket(fileno=peer_fd))
+    if not zygote.hello.get("ready"):
+        wire.write_frame(proto_out, {"error": zygote.hello.get("error", "the zygote failed")})
+        os._exit(1)
+    wire.write_frame(proto_out, {"pid": os.getpid(), "zygote": zygote.hello})
+    while True:
+        try:
+            request = wire.read_frame(proto_in, limit=REQUEST_LIMIT)
+        except wire.ChannelError:
+            break
+        rid = request.get("id") if isinstance(request, dict) else None
+        try:
+            answer = {"id": rid, "ok": True, "run": _handle(zygote, request)}
+        except ZygoteLost as exc:
+            wire.write_frame(proto_out, {"id": rid, "ok": False, "error": str(exc)})
+            os._exit(1)
+        except Exception:
+            answer = {"id": rid, "ok": False, "error": traceback.format_exc()[-4000:]}
+        wire.write_frame(proto_out, answer)
+    os._exit(0)

@@ -1,0 +1,197 @@
+"""A grading slot: one judge and one zygote, in their own cgroups, with their own program uid.
+
+`Slot.start(sandbox)` starts both (`lcb.grading.judge`, `lcb.grading.zygote`, each a fresh
+interpreter; under bubblewrap for "bwrap"), joined by a seqpacket socket:
+- the zygote and every program it forks live in the slot's jail (`cgroups.Jail`): pids.max,
+  a memory limit covering the program's cap plus `MEMORY_HEADROOM` (shared memory and memfds
+  included), a cpu group of equal weight; lcb's processes set their OOM score to -1000 and the
+  program's side to +1000, so the memory cgroup kills the program first;
+- as root, the slot claims a uid of its own (`lcb.grading.claims`) that its programs run as,
+  and, where one is free, a CPU that its judge, zygote and programs are pinned to;
+- the judge (no program ever forks from it) answers the pool's JSON requests.
+`call(request, budget_s=…)` sends one request and returns the answer's `run`, checked against
+its schema (`check_default_run`, `check_official_run`): an answer that is late, out of step
+(another id) or malformed raises `SlotGone`, and the pool discards the slot. `stop()` ends both
+processes and kills whatever is left in the jail. `isolation` says how programs are confined.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from lcb.grading import claims, launch, wire
+from lcb.grading.cgroups import Jail
+from lcb.grading.contain import MIB, Limits
+from lcb.grading.privilege import can_switch_uid
+from lcb.grading.verdicts import Verdict, clip
+
+MEMORY_HEADROOM = 96 * MIB   # the zygote's and the host's own pages, above a program's cap
+ANSWER_LIMIT = 64 << 20
+_START_TIMEOUT_S = 60.0
+_VERDICTS = frozenset(v.value for v in Verdict)
+_ids = itertools.count(1)
+
+
+class SlotGone(RuntimeError):
+    """The slot's judge exited, sent nothing in time, or sent something out of step."""
+
+
+class SlotFailed(RuntimeError):
+    """The slot could not start: its message says why (the tier cannot run here)."""
+
+
+def slot_memory_bytes() -> int:
+    """The jail's memory limit: the larger program cap plus headroom (0: a cap is disabled)."""
+    caps = (Limits.for_functional().memory_bytes, Limits.for_stdin().memory_bytes)
+    return 0 if 0 in caps else max(caps) + MEMORY_HEADROOM
+
+
+class Slot:
+    def __init__(self, judge: subprocess.Popen, zygote: subprocess.Popen, jail: Jail | None,
+                 held: list[claims.Claim], log: Any):
+        self.judge, self.zygote, self.jail, self.held, self.log = judge, zygote, jail, held, log
+        self.pid = judge.pid
+        self.isolation: dict = {}
+
+    @classmethod
+    def start(cls, sandbox: str) -> Slot:
+        extra = 16 if sandbox == "process" else 48  # the zygote, a host; bwrap's own processes
+        jail = Jail.create(max_tasks=Limits().max_tasks + extra,
+                           memory_bytes=slot_memory_bytes(), prefix="lcb-slot")
+        uid = claims.claim_uid() if can_switch_uid() else None
+        cpu = claims.claim_cpu()
+        held = [c for c in (uid, cpu) if c is not None]
+        log = tempfile.TemporaryFile()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pin = cpu.value if cpu else None
+        try:
+            zygote = launch.start(
+                launch.python_argv("lcb.grading.zygote:main", sandbox=sandbox, role="zygote",
+                                   args=(theirs.fileno(), uid.value if uid else None, pin)),
+                jail=jail, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=log, oom_score_adj=-1000)
+            judge = launch.start(
+                launch.python_argv("lcb.grading.judge:main", sandbox=sandbox, role="judge",
+                                   args=(mine.fileno(), pin)),
+                jail=None, pass_fds=(mine.fileno(),), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log)
+        finally:
+            mine.close()
+            theirs.close()
+        slot = cls(judge, zygote, jail, held, log)
+        slot._hello(sandbox)
+        return slot
+
+    def _hello(self, sandbox: str) -> None:
+        try:
+            hello = wire.read_frame(self.judge.stdout.fileno(), limit=1 << 20,
+                                    deadline=time.monotonic() + _START_TIMEOUT_S)
+        except wire.ChannelError as exc:
+            self.stop(kill=True)
+            raise SlotFailed(f"a grading slot ({sandbox}) failed to start: {exc}"
+                             f"{self.log_tail()}") from None
+        if not isinstance(hello, dict) or "error" in hello or "zygote" not in hello:
+            reason = hello.get("error") if isinstance(hello, dict) else hello
+            tail = self.log_tail()
+            self.stop(kill=True)
+            raise SlotFailed(f"sandbox {sandbox!r} cannot run programs here: {reason}{tail}")
+        self.isolation = dict(hello["zygote"].get("isolation") or {})
+
+    def log_tail(self, limit: int = 2000) -> str:
+        """The last lines the judge and zygote wrote to stderr, for error messages."""
+        try:
+            size = os.fstat(self.log.fileno()).st_size
+            text = os.pread(self.log.fileno(), limit, max(0, size - limit)).decode("utf-8",
+                                                                                  "replace")
+        except (OSError, ValueError):
+            return ""
+        return f"\n{text.strip()}" if text.strip() else ""
+
+    def alive(self) -> bool:
+        return self.judge.poll() is None and self.zygote.poll() is None
+
+    def call(self, request: dict, *, budget_s: float) -> dict:
+        rid = next(_ids)
+        try:
+            wire.write_frame(self.judge.stdin.fileno(), {**request, "id": rid})
+            answer = wire.read_frame(self.judge.stdout.fileno(), limit=ANSWER_LIMIT,
+                                     deadline=time.monotonic() + budget_s)
+        except (OSError, wire.ChannelError) as exc:
+            raise SlotGone(str(exc)) from None
+        if not isinstance(answer, dict) or answer.get("id") != rid:
+            raise SlotGone("the judge answered out of step")
+        if answer.get("ok") is not True:
+            raise JudgeRaised(str(answer.get("error", "no reason given"))[-4000:])
+        return answer.get("run")
+
+    def stop(self, *, kill: bool = False) -> None:
+        """End the slot: at EOF the judge exits and closes the zygote's socket; `kill` (a
+        slot busy or out of step) does not wait for that."""
+        for proc in (self.judge, self.zygote):
+            if kill:
+                proc.kill()
+        try:
+            self.judge.stdin.close()
+        except OSError:
+            pass
+        for proc in (self.judge, self.zygote):
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for pipe in (self.judge.stdout,):
+            pipe.close()
+        if self.jail is not None:
+            self.jail.kill_all()
+            self.jail.remove()
+        for claim in self.held:
+            claim.release()
+        self.log.close()
+
+
+class JudgeRaised(RuntimeError):
+    """The judge answered in step but could not grade (its traceback is the message)."""
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"not a non-negative number: {value!r}")
+    return float(value)
+
+
+def check_default_run(run: Any, n_tests: int) -> dict:
+    """A default-grader answer, field by field (ValueError/TypeError/KeyError if malformed)."""
+    results = []
+    for raw in run["results"]:
+        index = raw["i"]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_tests:
+            raise ValueError(f"test index {index!r} out of range")
+        if raw["v"] not in _VERDICTS:
+            raise ValueError(f"unknown verdict {raw['v']!r}")
+        result = {"i": index, "v": raw["v"], "wall": _number(raw["wall"]),
+                  "cpu": _number(raw["cpu"])}
+        for key in ("actual", "error"):
+            if key in raw:
+                result[key] = clip(str(raw[key]))
+        results.append(result)
+    error = run["compile_error"]
+    if error is not None and not isinstance(error, str):
+        raise TypeError("compile_error is not text")
+    return {"results": results, "compile_error": error, "wall_s": _number(run["wall_s"])}
+
+
+def check_official_run(run: Any) -> dict:
+    """An official-grader answer: segments as plain data, or None."""
+    segments = run["segments"]
+    if segments is not None:
+        segments = [[int(start), [int(c) for c in codes], dict(meta)]
+                    for start, codes, meta in segments]
+    return {"segments": segments, "killed": bool(run["killed"]),
+            "wall_s": _number(run["wall_s"]), "cpu_s": _number(run["cpu_s"])}

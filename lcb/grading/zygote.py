@@ -1,0 +1,232 @@
+"""The zygote: the clean process every program host is forked from, one per grading slot.
+
+Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu)'`, in the slot's pids, memory
+and cpu cgroups, pinned to the slot's CPU, under bubblewrap for `sandbox="bwrap"`), it imports
+what programs and hosts need (the prelude's modules, lcb's grading code, templates of the
+program modules), decides how programs are confined (`Identity`), and then only ever forks
+hosts. It never receives a test or
+a program's text: a request carries the program as a memfd that only the new host reads. So
+whatever a program finds in its own memory is the prelude, lcb's code and its own source.
+
+Confinement, decided here once (each part is probed in a throw-away child first):
+- as root with CAP_SETUID: programs run as the slot's own uid; when the interpreter lives
+  under a directory others cannot search (`/root`), the zygote enters a mount namespace in
+  which exactly the interpreter's directories are visible (`mounts.readable_view`);
+- as root with CAP_SYS_ADMIN: a private tmpfs `/tmp` and `/dev/shm` per program;
+- Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data).
+
+Protocol on its seqpacket socket (with the judge): it says `{"ready", "pid", "isolation"}` (or
+`{"error"}`) once; `{"op": "host", "mode"}` kills whatever earlier programs left, answers
+`{"forked": pid}` with the control socket of its spare host (forked ahead and prepared, see
+`lcb.grading.host`) and forks the next spare; `{"op": "abort"}` kills every descendant but the
+spare and answers `{"aborted": true}`. EOF ends it. It dies with its parent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from typing import Any, NoReturn
+
+from lcb.grading import host as program_host
+from lcb.grading import landlock, mounts, privilege, wire
+from lcb.grading.cgroups import own_group, read_oom_kills
+from lcb.grading.contain import (
+    become_subreaper,
+    children_of,
+    descendants_of,
+    die_with_parent,
+    kill_descendants,
+    kill_until_gone,
+    reap_all,
+)
+from lcb.grading.prelude import import_prelude_modules
+from lcb.grading.process import sweep_stale_workdirs, temp_root
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SYSTEM_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc",
+                "/proc", "/sys", "/dev")
+
+
+def read_roots() -> tuple[str, ...]:
+    """What programs may read: the system directories, the interpreter and every directory on
+    sys.path, except lcb's checkout (its code, sample data and the default results live there)
+    and anything above it. A venv inside the checkout stays readable: it is a directory below."""
+    paths = [*SYSTEM_ROOTS, sys.base_prefix, sys.prefix, sys.exec_prefix, *sys.path]
+    root = os.path.realpath(ROOT)
+    keep: list[str] = []
+    for path in paths:
+        if not path or not os.path.isdir(path):
+            continue
+        real = os.path.realpath(path)
+        if root == real or root.startswith(real.rstrip("/") + "/"):
+            continue
+        keep.append(real)
+    return tuple(dict.fromkeys(keep))
+
+
+def _warm_up() -> None:
+    """Do once here what every host would otherwise redo: imports, templates."""
+    import json  # noqa: F401
+    import traceback  # noqa: F401
+
+    from lcb.grading import child, host_stdin, official_child, values  # noqa: F401
+
+    import_prelude_modules()
+    for name in ("__main__", child.FUNCTIONAL_MODULE):
+        child.prelude_module(name)
+
+
+def _probe(step: Any) -> str | None:
+    """Run `step()` in a throw-away child; None if it worked, else the reason."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            step()
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write, f"{type(exc).__name__}: {exc}".encode()[:500])
+            os._exit(1)
+    os.close(write)
+    reason = os.read(read, 600).decode("utf-8", "replace")
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    return None if status == 0 else reason or f"wait status {status}"
+
+
+def _memory_group() -> str | None:
+    try:
+        group = own_group("memory")
+    except (OSError, StopIteration, IndexError):
+        return None
+    return group if read_oom_kills(group) is not None else None
+
+
+def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
+    """The programs' confinement, and its description for the pool (see module docstring)."""
+    roots = read_roots()
+    info: dict[str, Any] = {"uid": uid, "landlock_abi": landlock.abi(), "view": []}
+    if uid is not None:
+        info["view"] = mounts.readable_view(roots, uid)
+    tmp = temp_root()
+    problem = _probe(lambda: mounts.private_tmp(tmp, tmp_bytes=1 << 20, shm_bytes=1 << 20)) \
+        if uid is not None else "lcb does not run as root"
+    info["private_tmp"] = problem is None
+    if problem:
+        info["private_tmp_unavailable"] = problem
+    if uid is not None:
+        failed = _probe(lambda: privilege.drop_to(uid))
+        if failed:
+            raise OSError(f"cannot run programs as uid {uid}: {failed}")
+    if info["landlock_abi"] > 0:
+        failed = _probe(lambda: landlock.restrict(landlock.build(read=roots, write=[tmp])))
+        if failed:
+            raise OSError(f"Landlock is available but does not apply: {failed}")
+    memory = _memory_group()
+    info["memory_cgroup"] = memory is not None
+    return program_host.Identity(uid, info["private_tmp"], info["landlock_abi"] > 0, roots,
+                                 memory), info
+
+
+def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoReturn:
+    """Serve the judge until it closes the socket (programs run as `uid`, pinned to `cpu`)."""
+    privilege.make_undumpable()
+    die_with_parent()
+    become_subreaper()
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop
+    sock = socket.socket(fileno=peer_fd)
+    try:
+        _warm_up()
+        if uid is None:
+            sweep_stale_workdirs()
+        identity, info = decide(uid)
+    except Exception as exc:  # noqa: BLE001 - told to the judge, then to the pool
+        wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        os._exit(1)
+    wire.send(sock, {"ready": True, "pid": os.getpid(), "isolation": info})
+    _serve(sock, identity)
+    kill_descendants(settle_s=2.0)
+    os._exit(0)
+
+
+class _Spares:
+    """The one spare host the zygote keeps forked ahead (see `lcb.grading.host.serve`), and
+    the hosts it handed out."""
+
+    def __init__(self, judge: socket.socket, identity: program_host.Identity):
+        self.judge, self.identity = judge, identity
+        self.handed: list[int] = []
+        self.pid, self.end = self._fork()
+
+    def _fork(self) -> tuple[int, socket.socket]:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            for inherited in (mine, self.judge, getattr(self, "end", None)):
+                if inherited is not None:
+                    inherited.close()
+            program_host.serve(theirs.detach(), self.identity)
+        theirs.close()
+        return pid, mine
+
+    def clear(self, *, keep_spare: bool = True) -> None:
+        """Kill every host handed out and whatever it left (not the spare, if asked)."""
+        for pid in self.handed:  # usually exiting already: end it and reap it, no polling
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        self.handed.clear()
+        spare = self.pid if keep_spare else None
+        if reap_all() and not _only_child(spare):
+            me = os.getpid()
+            kill_until_gone(lambda: [p for p in descendants_of(me) if p != spare], settle_s=5.0)
+
+    def hand_out(self) -> None:
+        """Kill what earlier programs left, give the judge the spare, fork the next one."""
+        self.clear()
+        wire.send(self.judge, {"forked": self.pid}, [self.end.fileno()])
+        self.handed.append(self.pid)
+        self.end.close()
+        self.pid, self.end = self._fork()
+
+    def refresh(self) -> None:
+        """Replace the spare (forked before something the zygote has imported since)."""
+        self.end.close()
+        self.handed.append(self.pid)
+        self.clear(keep_spare=False)
+        self.pid, self.end = self._fork()
+
+
+def _only_child(pid: int | None) -> bool:
+    """Whether `pid` is this process's one child and has no children itself."""
+    return pid is not None and children_of(os.getpid()) == [pid] and not children_of(pid)
+
+
+def _serve(sock: socket.socket, identity: program_host.Identity) -> None:
+    spares = _Spares(sock, identity)
+    while True:
+        try:
+            message, fds = wire.recv(sock, max_fds=0)
+        except wire.ChannelError:
+            return
+        op = message.get("op")
+        if op == "host":
+            if message.get("mode") == "official" and "livecodebench" not in sys.modules:
+                from lcb.grading import official_child
+
+                official_child.require_official()  # imported here once, not in every host
+                spares.refresh()
+            spares.hand_out()
+        elif op == "abort":
+            spares.clear()
+            wire.send(sock, {"aborted": True})
+        else:
+            wire.send(sock, {"error": f"unknown request {op!r}"})
