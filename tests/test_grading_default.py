@@ -325,3 +325,25 @@ def test_programs_import_installed_packages_as_before(pool):
 def test_module_level_grade_uses_a_shared_pool():
     assert grade(SUM_STDIN, SUM_OK).em == 1
     assert grade(ADD_FUNCTIONAL, ADD_OK, all_tests=True).passed == 3
+
+
+def test_a_lost_buffered_answer_fails_as_under_python(pool):
+    # Real `python prog.py`: print buffers, os.close(1) loses it, the exit flush fails (120).
+    program = SUM_OK + "import os\nos.close(1)\n"
+    assert verdicts(pool.grade_sync(SUM_STDIN, program)) == ["runtime_error"]
+
+
+def test_a_thread_still_running_is_a_time_limit_as_for_a_real_process(pool):
+    program = ("import threading, time\n" + SUM_OK
+               + "threading.Thread(target=time.sleep, args=(30,)).start()\n")
+    assert verdicts(pool.grade_sync(SUM_STDIN, program, timeout_s=1.0)) == ["time_limit"]
+
+
+@pytest.mark.parametrize(("returned", "named"), [
+    ("object()", "object"), ("(x for x in [a + b])", "generator"), ("{a + b}", "set"),
+    ("type('Int', (int,), {})(a + b)", "Int")])
+def test_a_value_that_is_not_data_fails_with_a_clear_verdict(pool, returned, named):
+    program = f"class Solution:\n    def add(self, a, b):\n        return {returned}\n"
+    grade = pool.grade_sync(ADD_FUNCTIONAL, program)
+    assert verdicts(grade) == ["wrong_answer"]
+    assert "not plain data" in grade.feedback.error and named in grade.feedback.error

@@ -4,15 +4,17 @@ import asyncio
 import gc
 import io
 import json
+import os
 import weakref
 
 import pytest
 
 from lcb.agents.models import EndpointError
+from lcb.grading import SandboxUnavailable
 from lcb.runs.progress import BatchProgress
 from lcb.runs.records import read_records
 from lcb.runs.rundir import OutputError, read_transcript
-from lcb.runs.runner import BatchAborted, check_grading, run_batch
+from lcb.runs.runner import BatchAborted, run_batch
 from tests.helpers_runner import (
     MODEL,
     RIGHT,
@@ -291,12 +293,18 @@ def test_terminal_progress_bar_renders_the_same_counts():
     assert "2/2" in stream.getvalue() and "pass@1 1.000" in stream.getvalue()
 
 
-def test_official_grader_under_bwrap_is_refused_before_any_work(tmp_path):
-    with pytest.raises(ValueError, match="--sandbox process"):
-        check_grading(grader="official", sandbox="bwrap")
+def test_a_tier_that_cannot_run_here_stops_the_batch_before_any_model_call(tmp_path,
+                                                                          monkeypatch):
+    # A "bwrap" that refuses to sandbox anything, as on a host without the rights it needs.
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
-    config = run_config("http://127.0.0.1:9/v1", data, tmp_path / "out", grader="official",
-                        sandbox="bwrap")
-    with pytest.raises(ValueError, match="--sandbox process"):
+    # The endpoint is unreachable: had the batch got as far as a model call, it would say so.
+    config = run_config("http://127.0.0.1:9/v1", data, tmp_path / "out", sandbox="bwrap")
+    with pytest.raises(SandboxUnavailable, match="bwrap.*Permission denied"):
         run(config)
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()

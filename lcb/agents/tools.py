@@ -2,7 +2,8 @@
 
 Contract:
 - Arguments `code: str` and `stdin: str = ""`. The time limit (10 s) is ours; the model cannot
-  change it. The run goes through `lcb.grading.sandbox.run_python` (the grader's containment).
+  change it. The run goes through `lcb.grading.sandbox.run_python` (the grader's containment,
+  in the run's sandbox tier).
 - Runs happen in a thread pool of at most `workers` threads (default: the CPU count), so code
   runs in flight never exceed the cores however many agents call at once, and the event loop is
   never blocked.
@@ -68,8 +69,10 @@ def _default_runner() -> Runner:
     return run_python
 
 
-def make_python_exec(*, workers: int | None = None, runner: Runner | None = None) -> BaseTool:
-    """Build a `python_exec` tool with its own pool of at most `workers` concurrent runs.
+def make_python_exec(*, workers: int | None = None, runner: Runner | None = None,
+                     sandbox: str = "process") -> BaseTool:
+    """Build a `python_exec` tool with its own pool of at most `workers` concurrent runs in
+    the `sandbox` tier ("process" or "bwrap", as `lcb.grading.sandbox.run_python` takes).
 
     `runner` replaces `lcb.grading.sandbox.run_python` (tests). The pool's threads are daemon-like
     executor threads; call `tool.metadata["close"]()` to shut it down.
@@ -79,8 +82,10 @@ def make_python_exec(*, workers: int | None = None, runner: Runner | None = None
 
     def run_blocking(code: str, stdin: str) -> str:
         try:
-            run = runner or _default_runner()
-            return format_result(run(code, stdin, timeout_s=TIMEOUT_S))
+            if runner is not None:
+                return format_result(runner(code, stdin, timeout_s=TIMEOUT_S))
+            return format_result(_default_runner()(code, stdin, timeout_s=TIMEOUT_S,
+                                                    sandbox=sandbox))
         except Exception as err:  # noqa: BLE001 - the agent gets text, never an exception
             return f"error: python_exec could not run the code ({type(err).__name__}: {err})"
 

@@ -34,10 +34,12 @@ Platform = StrEnum("Platform", {name: name for name in PLATFORMS})
 # `--grader` and `--sandbox` of the commands that grade (`run`, `score`): one set of choices.
 Grader = StrEnum("Grader", {name: name for name in GRADERS})
 Sandbox = StrEnum("Sandbox", {name: name for name in SANDBOXES})
-GRADER_HELP = ("default: lcb's grader on the private tests. official: LiveCodeBench's own "
-               "run_test on public then private tests (with --sandbox process only).")
-SANDBOX_HELP = ("How graded programs are contained. process: contained processes. bwrap: also "
-                "bubblewrap (no network, read-only root, private /tmp, PID namespace).")
+GRADER_HELP = ("default: lcb's grader on the private tests (for untrusted programs). official: "
+               "LiveCodeBench's own run_test on public then private tests (reproduces "
+               "leaderboard numbers; a program can forge its own result there).")
+SANDBOX_HELP = ("How graded programs and python_exec runs are contained. process: their own "
+                "uid (as root), Landlock, rlimits, cgroups. bwrap: also bubblewrap (no "
+                "network at all, read-only root, PID namespace).")
 
 _PANEL = "Problem selection"
 

@@ -82,8 +82,14 @@ def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
     report_skipped(loaded if narrowed is data_options else _without_absent_ids(loaded))
     problems = {p.id: p for p in loaded.problems}
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as handle:
-        lines = asyncio.run(scoring.score_predictions(parsed, problems, handle, config=config))
+    try:
+        with out.open("w", encoding="utf-8") as handle:
+            lines = asyncio.run(scoring.score_predictions(parsed, problems, handle,
+                                                          config=config))
+    except SandboxUnavailable as exc:  # the preflight: nothing was graded
+        if out.exists() and out.stat().st_size == 0:
+            out.unlink()
+        fail(str(exc))
     summary = {**scoring.summarize_scores(lines), "grader": config.grader,
                "all_tests": config.all_tests, "predictions": str(predictions),
                "results": str(out), "source": loaded.source}

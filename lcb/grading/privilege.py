@@ -4,6 +4,8 @@
   program must not reach (the CLI and its API key, the pool, judges, zygotes, hosts) calls it:
   another process of the same uid can then no longer open its `/proc/<pid>/{fd,environ,mem}`
   or ptrace it. (The kernel resets it on exec, so each interpreter calls it itself.)
+- `set_dumpable(True)`: a program's own process, forked from a non-dumpable host, is dumpable
+  again (it reads its own `/proc/self` as under `python prog.py`).
 - `drop_to(uid)`: in a program's process, as root: no supplementary groups, real/effective/
   saved uid and gid `uid`. With every uid non-zero the kernel clears all capabilities.
 - `no_new_privs()`: setuid binaries and file capabilities grant nothing after it (and Landlock
@@ -42,8 +44,14 @@ def _prctl(option: int, arg: int = 0) -> int:
 
 def make_undumpable() -> None:
     """Keep same-uid processes out of this one's /proc entries and ptrace (Linux)."""
+    set_dumpable(False)
+
+
+def set_dumpable(flag: bool) -> None:
+    """A program's own process is dumpable again, as under `python prog.py`: it may read its
+    own `/proc/self/{fd,maps,mem}`. (The process it was forked from stays non-dumpable.)"""
     try:
-        _prctl(_PR_SET_DUMPABLE, 0)
+        _prctl(_PR_SET_DUMPABLE, int(flag))
     except (OSError, AttributeError):
         pass
 

@@ -26,6 +26,7 @@ from resource import setrlimit
 from typing import NamedTuple, NoReturn
 
 from lcb.grading.contain import Limits, enter_child, kill_descendants
+from lcb.grading.privilege import set_dumpable
 from lcb.grading.verdicts import Verdict
 
 STDERR_TAIL_BYTES = 8192
@@ -119,6 +120,7 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
             enter_child(fds=fds, keep=keep)
             for which, pair in rlimits:
                 setrlimit(which, pair)
+            set_dumpable(True)  # the program's own process, as under `python prog.py`
             body()
         finally:
             os._exit(70)

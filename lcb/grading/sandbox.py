@@ -75,7 +75,7 @@ from lcb.grading import claims
 from lcb.grading.cgroups import Jail
 from lcb.grading.contain import Limits, become_subreaper, die_with_parent, own_rlimits
 from lcb.grading.launch import SANDBOXES, SandboxUnavailable, check_sandbox, python_argv, start
-from lcb.grading.privilege import can_switch_uid, make_undumpable
+from lcb.grading.privilege import can_switch_uid, make_undumpable, set_dumpable
 from lcb.grading.slot import MEMORY_HEADROOM
 
 __all__ = ["SANDBOXES", "RunResult", "SandboxError", "SandboxUnavailable", "check_sandbox",
@@ -205,6 +205,7 @@ def serve_one(uid: int | None = None) -> None:
 
     def body() -> None:
         host.confine(limits, workdir, identity)
+        set_dumpable(True)  # the snippet's own process (confine made it non-dumpable)
         child.run_as_script(request["code"], main=main, after_prelude=prelude)
 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)

@@ -93,9 +93,10 @@ class Slot:
             hello = wire.read_frame(self.judge.stdout.fileno(), limit=1 << 20,
                                     deadline=time.monotonic() + _START_TIMEOUT_S)
         except wire.ChannelError as exc:
+            tail = self.log_tail()
             self.stop(kill=True)
-            raise SlotFailed(f"a grading slot ({sandbox}) failed to start: {exc}"
-                             f"{self.log_tail()}") from None
+            raise SlotFailed(f"a grading slot ({sandbox}) failed to start ({exc}){tail}"
+                             ) from None
         if not isinstance(hello, dict) or "error" in hello or "zygote" not in hello:
             reason = hello.get("error") if isinstance(hello, dict) else hello
             tail = self.log_tail()
@@ -104,14 +105,14 @@ class Slot:
         self.isolation = dict(hello["zygote"].get("isolation") or {})
 
     def log_tail(self, limit: int = 2000) -> str:
-        """The last lines the judge and zygote wrote to stderr, for error messages."""
+        """What the judge and zygote last wrote to stderr, as ": <text>" for error messages."""
         try:
             size = os.fstat(self.log.fileno()).st_size
             text = os.pread(self.log.fileno(), limit, max(0, size - limit)).decode("utf-8",
                                                                                   "replace")
         except (OSError, ValueError):
             return ""
-        return f"\n{text.strip()}" if text.strip() else ""
+        return f": {' '.join(text.split())}" if text.strip() else ""
 
     def alive(self) -> bool:
         return self.judge.poll() is None and self.zygote.poll() is None

@@ -149,9 +149,13 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def update_manifest(path: Path, *, config: dict, source: dict, command: list[str]) -> dict:
-    """Write the manifest; a resumed run keeps the first session's fields and adds a session."""
+def update_manifest(path: Path, *, config: dict, source: dict, command: list[str],
+                    containment: dict | None = None) -> dict:
+    """Write the manifest; a resumed run keeps the first session's fields and adds a session
+    (with `containment`: how that session's programs were confined)."""
     session = {"started_at": now_iso(), "command": command, "versions": versions()}
+    if containment is not None:
+        session["containment"] = containment
     manifest: dict[str, Any] = {}
     if path.exists():
         manifest = json.loads(path.read_text(encoding="utf-8"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import signal
@@ -38,6 +39,7 @@ from lcb.agents.models import ModelConfig, check_endpoint
 from lcb.data.datasets import Loaded, Selection, load_problems
 from lcb.data.problems import Problem
 from lcb.grading import Grade, GradingPool
+from lcb.grading.preflight import preflight
 from lcb.runs.lock import run_lock
 from lcb.runs.progress import BatchProgress
 from lcb.runs.records import Record, RecordLog, read_records, summarize
@@ -268,6 +270,14 @@ def _cancel_on_sigterm():
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+async def _preflight(pool: GradingPool | None, config: RunConfig) -> dict | None:
+    """Prove the grader and tier work here before any model call (see lcb.grading.preflight)."""
+    if pool is None:
+        return None
+    call = functools.partial(preflight, pool, grader=config.grader)
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
 async def run_batch(config: RunConfig, *, stream: TextIO | None = None,
                     plain: bool | None = None) -> dict[str, Any]:
     """Run the batch `config` describes and return its summary (see module docstring)."""
@@ -291,13 +301,26 @@ async def _run_locked(config: RunConfig, *, stream: TextIO, plain: bool | None
              } if config.retry_errors else set()
     earlier = {r["id"]: r for r in recorded if r["id"] not in retry}
     pending = [problem for problem in loaded.problems if problem.id not in earlier]
+    pool = GradingPool(config.grade_workers, sandbox=config.sandbox) if pending else None
+    try:
+        return await _run_pending(config, loaded, pending, earlier, retry, pool,
+                                  stream=stream, plain=plain)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+async def _run_pending(config: RunConfig, loaded: Loaded, pending: list[Problem],
+                       earlier: dict[str, dict], retry: set[str], pool: GradingPool | None, *,
+                       stream: TextIO, plain: bool | None) -> dict[str, Any]:
+    containment = await _preflight(pool, config)
     if pending:
         await check_endpoint(config.model)
     if retry:
         set_aside(config.paths, retry)
     if config.paths.manifest is not None:
         update_manifest(config.paths.manifest, config=config.to_record(), source=loaded.source,
-                        command=list(config.command))
+                        command=list(config.command), containment=containment)
     # What exists now (modules, problems) lives as long as the batch: frozen, full collections
     # skip it. Unfrozen, each one walks ~200k objects (~80 ms here) while every agent waits on
     # the event loop. Collected first, so that no garbage is kept for good.
@@ -313,11 +336,9 @@ async def _run_locked(config: RunConfig, *, stream: TextIO, plain: bool | None
     try:
         with _cancel_on_sigterm(), RecordLog(config.paths.predictions) as log, progress:
             if pending:
-                runtime = TeamRuntime(config.model)
+                runtime = TeamRuntime(config.model, sandbox=config.sandbox)
                 try:
-                    pool = GradingPool(config.grade_workers, sandbox=config.sandbox)
-                    with pool:
-                        await _Batch(config, runtime, pool, log, progress).run_all(pending)
+                    await _Batch(config, runtime, pool, log, progress).run_all(pending)
                 finally:
                     await runtime.aclose()
     finally:

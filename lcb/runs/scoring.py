@@ -22,6 +22,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from lcb.data.problems import Problem
 from lcb.grading import GradingError, GradingPool, check_sandbox
 from lcb.grading.official import require_official
 from lcb.grading.pool import GRADERS
+from lcb.grading.preflight import preflight
 from lcb.runs.records import by_group, pass_at_1
 
 CODE_KEYS = ("code", "predicted_code")
@@ -51,15 +53,12 @@ class ScoreConfig:
 def check_grading(*, grader: str, sandbox: str) -> None:
     """Configuration errors of grading, raised before any work (`lcb run` and `lcb score`).
 
-    ValueError for an unknown grader or sandbox, or for the official grader under bwrap (it runs
-    LiveCodeBench's in-process grader, which bubblewrap does not wrap); `SandboxUnavailable` /
-    `OfficialGraderMissing` when the chosen tier or grader is not installed here.
+    ValueError for an unknown grader or sandbox; `SandboxUnavailable` / `OfficialGraderMissing`
+    when the chosen tier or grader is not installed here. (Whether the tier actually runs is
+    `lcb.grading.preflight`'s question, asked once the pool exists.)
     """
     if grader not in GRADERS:
         raise ValueError(f"unknown grader {grader!r}: choose one of {', '.join(GRADERS)}")
-    if grader == "official" and sandbox != "process":
-        raise ValueError("--grader official runs LiveCodeBench's in-process grader: use "
-                         "--sandbox process with it")
     check_sandbox(sandbox)
     if grader == "official":
         require_official()
@@ -135,8 +134,13 @@ def _identity(prediction: Prediction, problem: Problem | None) -> dict:
 
 async def score_predictions(predictions: Sequence[Prediction], problems: Mapping[str, Problem],
                             out: TextIO, *, config: ScoreConfig) -> list[dict]:
-    """Grade every prediction on one pool; write result lines in input order, each flushed."""
+    """Grade every prediction on one pool; write result lines in input order, each flushed.
+
+    The pool is proven first (`lcb.grading.preflight`): a tier that cannot run here raises
+    `SandboxUnavailable` before any line is written."""
     async with GradingPool(config.jobs, sandbox=config.sandbox) as pool:
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(preflight, pool, grader=config.grader))
         limit = asyncio.Semaphore(4 * max(config.jobs or 2, 1))
 
         async def one(prediction: Prediction) -> dict:

@@ -77,7 +77,8 @@ class TeamRuntime:
     """Shared by every problem of a batch, within one event loop (`aclose()` it there).
 
     `python_exec` and `chat_model` replace the defaults (tests); `exec_workers` caps concurrent
-    code runs (never above the CPU count)."""
+    code runs (never above the CPU count); `sandbox` is the tier `python_exec` runs in (the
+    run's `--sandbox`, as for grading)."""
 
     def __init__(
         self,
@@ -86,13 +87,14 @@ class TeamRuntime:
         exec_workers: int | None = None,
         python_exec: BaseTool | None = None,
         chat_model: BaseChatModel | None = None,
+        sandbox: str = "process",
     ):
         cores = os.cpu_count() or 1
         self.config = config
         self.gateway = ModelGateway(config, chat_model=chat_model)
         self._own_tool = python_exec is None
         workers = min(exec_workers or cores, cores)
-        self.python_exec = python_exec or make_python_exec(workers=workers)
+        self.python_exec = python_exec or make_python_exec(workers=workers, sandbox=sandbox)
         self.usage = UsageLedger(keep_calls=False)
         self._seed_prompts: dict[tuple[str, str], str] = {}
 

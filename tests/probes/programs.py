@@ -299,6 +299,10 @@ DIVERGENT = [
        official=_div("reliability_guard", 0)),
     _p("os_system", SUM, PASS, 'import os\nos.system("true")\n' + READ_SUM + "print(sum(nums))",
        official=_div("reliability_guard", 0)),
+    _p("stdout_closed_after_answer", SUM, PASS, "import sys\n" + READ_SUM
+       + "print(sum(nums))\nsys.stdout.close()", official=_div("closed_stdout", 0)),
+    _p("fd1_closed_after_flush", SUM, PASS, "import os, sys\n" + READ_SUM
+       + "print(sum(nums))\nsys.stdout.flush()\nos.close(1)", official=_div("closed_stdout", 1)),
 ]
 
 SOLUTION_MINMAX = """
@@ -470,4 +474,52 @@ FUNCTIONAL = [
     """, slow=True, tags=("ci",)),
 ]
 
-ALL_PROBES = STDIN_CORRECT + STDIN_WRONG + STDIN_ERRORS + TIME_LIMITS + DIVERGENT + FUNCTIONAL
+# What the judge/host split must keep as a real run gives it: stderr is never judged (30 MB is
+# fine), a closed stdout after the answer is fine, numpy imports and numpy scalars work in
+# functional programs; values that are not data fail (as they fail LiveCodeBench's `==`).
+FIDELITY = [
+    _p("stderr_thirty_megabytes", SUM, PASS, "import sys\n" + READ_SUM
+       + "print(sum(nums))\nsys.stderr.write('x' * 30_000_000)"),
+    _p("numpy_in_solution", MINMAX, PASS, """
+        import numpy as np
+        class Solution:
+            def minMax(self, nums):
+                return [int(np.min(nums)), int(np.max(nums))]
+    """),
+    _p("numpy_scalars_returned", MINMAX, PASS, """
+        import numpy as np
+        class Solution:
+            def minMax(self, nums):
+                values = np.array(nums)
+                return [values.min(), values.max()]
+    """),
+    _p("returns_a_set", MINMAX, 0, """
+        class Solution:
+            def minMax(self, nums):
+                return {min(nums), max(nums)}
+    """),
+    _p("returns_a_numpy_array", MINMAX, 0, """
+        import numpy as np
+        class Solution:
+            def minMax(self, nums):
+                return np.array([min(nums), max(nums)])
+    """, official=_div("non_data_return", 1)),
+]
+
+# Values and processes the judge treats as a real run does, where LiveCodeBench does not.
+DIVERGENT_ISOLATION = [
+    _p("always_equal_value", MINMAX, 0, """
+        class Anything:
+            def __eq__(self, other):
+                return True
+        class Solution:
+            def minMax(self, nums):
+                return Anything()
+    """, official=_div("non_data_return", PASS)),
+    _p("thread_still_running", SUM, 0, "import threading, time\n" + READ_SUM
+       + "print(sum(nums), flush=True)\nthreading.Thread(target=time.sleep, args=(60,)).start()",
+       official=_div("lingering_thread", PASS), slow=True),
+]
+
+ALL_PROBES = (STDIN_CORRECT + STDIN_WRONG + STDIN_ERRORS + TIME_LIMITS + DIVERGENT + FUNCTIONAL
+              + FIDELITY + DIVERGENT_ISOLATION)
