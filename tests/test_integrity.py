@@ -494,3 +494,42 @@ def test_python_exec_has_no_tcp_in_the_process_tier():
         code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
                 "    print('connected')\nexcept OSError:\n    print('blocked')\n")
         assert guarded(run_python, code).stdout == "blocked\n"
+
+
+# Without root's layers (as a non-root user gets: no uid of its own, no private /tmp), Landlock
+# still keeps a program to its own directory, and the directory goes with the program.
+
+OWN_DIR_ONLY = """\
+import os
+outside = []
+for path in ("/tmp/lcb-fallback-probe", "/dev/shm/lcb-fallback-probe"):
+    try:
+        open(path, "w").close()
+        outside.append(path)
+    except OSError:
+        pass
+open("mine.txt", "w").write("x")
+print(outside, os.path.basename(os.getcwd()).startswith("lcb-prog-"))
+"""
+
+
+def _without_root_layers():
+    import lcb.grading.slot as slot
+
+    slot.can_switch_uid = lambda: False
+    before = {n for n in os.listdir("/tmp") if n.startswith("lcb-prog-")}
+    with GradingPool(1) as pool:
+        grades = [pool.grade_sync(stdin_problem(("", "[] True\n")), OWN_DIR_ONLY),
+                  pool.grade_sync(SUM_STDIN, SUM_OK), pool.grade_sync(SUM_STDIN, SUM_WRONG)]
+        isolation = dict(pool.isolation)
+    left = {n for n in os.listdir("/tmp") if n.startswith("lcb-prog-")} - before
+    return grades, isolation, left
+
+
+@pytest.mark.skipif(landlock.abi() < 1, reason="no Landlock")
+def test_without_root_layers_landlock_keeps_a_program_to_its_directory():
+    (probe, right, wrong), isolation, left = guarded(_without_root_layers)
+    assert isolation["uid"] is None and not isolation["private_tmp"]
+    assert probe.em == 1, probe.feedback
+    assert (right.em, wrong.em) == (1, 0) and left == set()
+    assert not Path("/tmp/lcb-fallback-probe").exists()

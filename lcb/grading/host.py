@@ -51,7 +51,6 @@ from lcb.grading.process import (
     StderrTail,
     finish,
     make_workdir,
-    remove_tree,
     reset_workdir,
     spawn,
     temp_root,
@@ -108,7 +107,7 @@ def serve(ctl_fd: int, identity: Identity) -> NoReturn:
     finally:
         kill_descendants(settle_s=2.0)
         if workdir is not None and not identity.private_tmp:
-            remove_tree(workdir)
+            reset_workdir(workdir)  # its files; the zygote removes the directory itself
         os._exit(0)
 
 

@@ -198,11 +198,18 @@ class GradingPool:
             return
         self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
-        self._launcher.shutdown(wait=True)
+        while True:  # slots still starting finish first (their futures run on the launcher)
+            try:
+                entry = self._slots.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(entry, Future):
+                entry.exception()
         with self._lock:
             slots, self._live = list(self._live), set()
-        for slot in slots:
+        for slot in slots:  # before the launcher threads end: a slot dies with its thread
             slot.stop()
+        self._launcher.shutdown(wait=True)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the running judges (for diagnostics and tests)."""

@@ -152,6 +152,8 @@ def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoRetu
     wire.send(sock, {"ready": True, "pid": os.getpid(), "isolation": info})
     _serve(sock, identity)
     kill_descendants(settle_s=2.0)
+    if not identity.private_tmp:
+        sweep_stale_workdirs()
     os._exit(0)
 
 
@@ -188,6 +190,8 @@ class _Spares:
         if reap_all() and not _only_child(spare):
             me = os.getpid()
             kill_until_gone(lambda: [p for p in descendants_of(me) if p != spare], settle_s=5.0)
+        if not self.identity.private_tmp:  # a confined host cannot remove its own directory
+            sweep_stale_workdirs()
 
     def hand_out(self) -> None:
         """Kill what earlier programs left, give the judge the spare, fork the next one."""

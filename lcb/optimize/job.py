@@ -23,6 +23,7 @@ Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -33,6 +34,7 @@ from lcb.agents.models import ModelConfig, check_endpoint
 from lcb.agents.prompts import seed_bundle
 from lcb.data.datasets import load_problems
 from lcb.grading import GradingPool
+from lcb.grading.preflight import preflight
 from lcb.optimize import phases
 from lcb.optimize.artifacts import Artifact, JobSpec, open_job_dir, read_history
 from lcb.optimize.method import Optimizer
@@ -159,6 +161,8 @@ async def run_job(config: JobConfig) -> dict[str, Any]:
     job = phases.Job(out=out, cell=cell, seed_bundle=seed, splits=splits,
                      optimizer_seed=config.seed, data=config.data, release=config.release)
     with GradingPool(config.grade_workers) as pool:
+        if todo:  # prove the grader works here before the first rollout
+            await asyncio.get_running_loop().run_in_executor(None, preflight, pool)
         for phase in todo:
             await _run_phase(phase, job, config, pool, optimizer=optimizer,
                              reflection=reflection)

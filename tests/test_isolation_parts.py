@@ -1,0 +1,274 @@
+"""The parts the grading boundary is built from, one property each: values as data, the
+channels, claims, cgroups, Landlock, uids, the readable view, the judge's checks."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter, OrderedDict, defaultdict
+from pathlib import Path
+
+import pytest
+
+from lcb.grading import claims, landlock, privilege, values, wire
+from lcb.grading.cgroups import Jail
+from lcb.grading.judge import HostLost, check_report
+from lcb.grading.mounts import blocked_ancestor
+from lcb.grading.slot import Slot, SlotGone, check_default_run, check_official_run
+from lcb.grading.zygote import ROOT, read_roots
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def in_child(fn) -> tuple[int, str]:
+    """Run `fn()` in a forked child; (exit status, what it returned as text)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.write(write, str(fn()).encode())
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001
+            os.write(write, f"{type(exc).__name__}: {exc}".encode())
+            os._exit(1)
+    os.close(write)
+    out = b""
+    while chunk := os.read(read, 65536):
+        out += chunk
+    os.close(read)
+    return os.waitpid(pid, 0)[1], out.decode()
+
+
+# --- values ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    None, True, False, 0, -7, 2**70, -(2**200), 1.5, -0.0, float("inf"), "text", "",
+    [1, [2, (3, 4)]], (1, "a"), ((),), {"k": [1]}, {1: "int key"}, {(1, 2): None},
+    OrderedDict(a=1), Counter("aab"), defaultdict(list, {"x": [1]})])
+def test_plain_values_cross_unchanged(value):
+    decoded = values.decode(values.encode(value))
+    assert decoded == value and repr(decoded) == repr(dict(value) if type(value) in (
+        OrderedDict, Counter, defaultdict) else value)
+
+
+def test_the_distinctions_equality_makes_survive():
+    assert values.decode(values.encode((1, 2))) != [1, 2]      # a tuple is not a list
+    assert values.decode(values.encode([(1, 2)])) != [[1, 2]]  # nested tuples stay tuples
+    assert values.decode(values.encode({1: 2})) != {"1": 2}    # key types stay
+    assert type(values.decode(values.encode(2.0))) is float
+    assert math.isnan(values.decode(values.encode(float("nan"))))
+
+
+def test_numpy_scalars_cross_as_their_value():
+    numpy = pytest.importorskip("numpy")
+    assert values.decode(values.encode([numpy.int64(3), numpy.float64(0.5)])) == [3, 0.5]
+    with pytest.raises(values.NotData, match="ndarray"):
+        values.encode(numpy.array([1, 2]))
+
+
+@pytest.mark.parametrize("value", [
+    object(), {1, 2}, (x for x in "ab"), type("Int", (int,), {})(3), type("L", (list,), {})()])
+def test_what_is_not_data_is_refused_by_name(value):
+    with pytest.raises(values.NotData, match="not plain data"):
+        values.encode(value)
+
+
+@pytest.mark.parametrize("text", [
+    '{"tuple": 3}', '{"x": 1}', '{"int": "zz"}', '{"dict": [[[1], 2]]}', '{"dict": [1]}',
+    "[" * 5000 + "]" * 5000, "1" * 5000, "not json"])
+def test_forged_encodings_are_refused_not_believed(text):
+    with pytest.raises(values.NotData):
+        values.decode(text)
+
+
+# --- wire ------------------------------------------------------------------------------------
+
+def test_a_frame_over_the_limit_is_refused_before_it_is_read():
+    read, write = os.pipe()
+    os.write(write, (10**9).to_bytes(8, "big"))
+    with pytest.raises(wire.ChannelError, match="over the 100-byte limit"):
+        wire.read_frame(read, limit=100)
+    os.close(read)
+    os.close(write)
+
+
+def test_frames_carry_json_only():
+    read, write = os.pipe()
+    wire.write_frame(write, {"id": 1, "run": [1, "x"]})
+    assert wire.read_frame(read, limit=1000) == {"id": 1, "run": [1, "x"]}
+    os.write(write, (3).to_bytes(8, "big") + b"\x80\x04.")  # a pickle is not JSON
+    with pytest.raises(wire.ChannelError, match="not JSON"):
+        wire.read_frame(read, limit=1000)
+
+
+def test_unexpected_descriptors_are_closed_and_the_packet_refused():
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    spare = os.open(os.devnull, os.O_RDONLY)
+    wire.send(mine, {"op": "x"}, [spare, spare])
+    with pytest.raises(wire.ChannelError, match="unexpected descriptors"):
+        wire.recv(theirs, max_fds=1)
+    assert len(os.listdir("/proc/self/fd")) == len(set(os.listdir("/proc/self/fd")))
+    os.close(spare)
+
+
+def test_a_line_over_the_limit_or_not_an_object_is_garbage():
+    mine, theirs = socket.socketpair()
+    reader = wire.LineReader(theirs.fileno(), limit=64)
+    mine.sendall(b'[1, 2]\n{"ok": 1}\n' + b"x" * 200)
+    soon = time.monotonic() + 5
+    with pytest.raises(wire.ChannelError, match="not a JSON object"):
+        reader.next(deadline=soon)
+    assert reader.next(deadline=soon) == {"ok": 1}
+    with pytest.raises(wire.ChannelError, match="over the 64-byte limit"):
+        reader.next(deadline=soon)
+
+
+# --- the judge's and the pool's checks -------------------------------------------------------
+
+def test_a_host_report_is_checked_field_by_field():
+    good = {"status": 0, "timed_out": False, "wall": 0.1, "cpu": 0.1, "stderr": "", "oom": False}
+    assert check_report(good)["wall"] == 0.1
+    for bad in ({**good, "wall": -1}, {k: v for k, v in good.items() if k != "status"},
+                {**good, "status": "zero"}):
+        with pytest.raises(HostLost):
+            check_report(bad)
+
+
+def test_a_judge_answer_is_checked_against_its_schema():
+    run = {"results": [{"i": 0, "v": "passed", "wall": 0.1, "cpu": 0.0}], "compile_error": None,
+           "wall_s": 0.2}
+    assert check_default_run(run, 1)["results"][0]["v"] == "passed"
+    for results in ([{"i": 5, "v": "passed", "wall": 0, "cpu": 0}],
+                    [{"i": 0, "v": "forged", "wall": 0, "cpu": 0}],
+                    [{"i": True, "v": "passed", "wall": 0, "cpu": 0}]):
+        with pytest.raises((ValueError, TypeError, KeyError)):
+            check_default_run({**run, "results": results}, 1)
+    with pytest.raises((ValueError, TypeError)):
+        check_official_run({"segments": [["x", [1], {}]], "killed": False, "wall_s": 0,
+                            "cpu_s": 0})
+
+
+ECHO_WRONG_ID = """\
+import json, os, sys
+from lcb.grading import wire
+request = wire.read_frame(0, limit=1 << 20)
+wire.write_frame(1, {"id": request["id"] + 1, "ok": True, "run": {}})
+"""
+
+
+def test_an_answer_out_of_step_is_never_taken_for_the_request():
+    judge = subprocess.Popen([sys.executable, "-c", ECHO_WRONG_ID], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, cwd=ROOT)
+    zygote = subprocess.Popen([sys.executable, "-c", "pass"])
+    slot = Slot(judge, zygote, None, [], open(os.devnull, "rb"))
+    with pytest.raises(SlotGone, match="out of step"):
+        slot.call({"kind": "default"}, budget_s=10.0)
+    slot.stop(kill=True)
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+def test_live_uid_claims_never_share_a_uid(monkeypatch):
+    monkeypatch.setenv(claims.UIDS_ENV, "4000000-4000002")
+    held = [claims.claim_uid() for _ in range(3)]
+    assert sorted(c.uid for c in held) == [4000000, 4000001, 4000002]
+    with pytest.raises(claims.UidsExhausted):
+        claims.claim_uid()
+    held[1].release()
+    again = claims.claim_uid()
+    assert again.uid == held[1].uid
+    for claim in (held[0], held[2], again):
+        claim.release()
+
+
+def test_a_claims_directory_others_can_enter_is_refused(monkeypatch, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root's claims live in /run")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    (tmp_path / f"lcb-claims-{os.geteuid()}").mkdir(mode=0o755)
+    with pytest.raises(claims.UidsExhausted, match="mode 0700"):
+        claims.claims_dir()
+
+
+def test_cpu_claims_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(claims.PIN_ENV, "0")
+    assert claims.claim_cpu() is None
+
+
+# --- cgroups, uids, Landlock, the view -------------------------------------------------------
+
+@ROOT_ONLY
+def test_a_jail_caps_memory_and_kills_every_member():
+    jail = Jail.create(max_tasks=16, memory_bytes=64 << 20, prefix="lcb-unittest")
+    if jail is None or "memory" not in jail.paths:
+        pytest.skip("no cgroup-v1 pids and memory controllers")
+    try:
+        limit = Path(jail.paths["memory"], "memory.limit_in_bytes").read_text()
+        assert int(limit) == 64 << 20 and jail.oom_kills() is not None
+        proc = subprocess.Popen(["/bin/sh", "-c", 'echo $$ > "$1"; exec sleep 60', "sh",
+                                 jail.procs_files()[0]])
+        deadline = time.monotonic() + 5
+        while not jail.members() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert jail.members() == [proc.pid]
+        assert jail.kill_all() and jail.members() == []
+        assert not Path(f"/proc/{proc.pid}").exists()  # killed and reaped (by kill_all)
+    finally:
+        jail.remove()
+    assert not any(Path(p).exists() for p in jail.paths.values())
+
+
+@ROOT_ONLY
+def test_dropping_to_the_program_uid_leaves_no_capability():
+    status, out = in_child(lambda: (privilege.drop_to(2147400255), privilege.effective_caps(),
+                                    os.getuid(), os.getgroups())[1:])
+    assert status == 0 and out == "(0, 2147400255, [])"
+
+
+@pytest.mark.skipif(landlock.abi() < 1, reason="no Landlock")
+def test_landlock_confines_reads_and_writes(tmp_path):
+    (tmp_path / "mine").mkdir()
+    secret = Path(ROOT, "README.md")
+
+    def probe():
+        landlock.restrict(landlock.build(read=["/usr", "/proc"], write=[str(tmp_path / "mine")]))
+        (tmp_path / "mine" / "ok").write_text("x")
+        outcomes = []
+        for attempt in (secret.read_text, lambda: (tmp_path / "out").write_text("x")):
+            try:
+                attempt()
+                outcomes.append("allowed")
+            except PermissionError:
+                outcomes.append("denied")
+        return outcomes
+
+    assert in_child(probe) == (0, "['denied', 'denied']")
+
+
+def test_programs_may_read_the_interpreter_but_not_lcb_or_its_data():
+    roots = read_roots()
+    assert not any(ROOT == r or ROOT.startswith(r.rstrip("/") + "/") for r in roots)
+    assert os.path.realpath(sys.base_prefix) in roots
+    if os.path.realpath(sys.prefix).startswith(ROOT + "/"):
+        assert os.path.realpath(sys.prefix) in roots  # a venv inside the checkout is fine
+
+
+def test_the_view_finds_the_topmost_directory_others_cannot_enter():
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    locked = base / "home"
+    (locked / "py" / "lib").mkdir(parents=True)
+    locked.chmod(0o700)
+    try:
+        assert blocked_ancestor(str(locked / "py" / "lib")) == str(locked)
+        assert blocked_ancestor("/usr/lib") is None
+    finally:
+        shutil.rmtree(base)
