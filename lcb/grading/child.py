@@ -38,6 +38,7 @@ from lcb.grading.prelude import (
 from lcb.grading.values import NotData
 from lcb.grading.values import encode as encode_value
 from lcb.grading.verdicts import FEEDBACK_CHARS, clip
+from lcb.grading.wire import LineReader
 
 SCRIPT_FILE = "solution.py"
 FUNCTIONAL_MODULE = "tmp_sol"  # like LiveCodeBench: not "__main__", so main guards do not run
@@ -176,23 +177,6 @@ def _send(fd: int, message: dict) -> None:
         view = view[os.write(fd, view):]
 
 
-class _Requests:
-    """The judge's requests, one JSON line each, read from the channel (blocking)."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buf = fd, bytearray()
-
-    def next(self) -> dict | None:
-        while (end := self.buf.find(b"\n")) < 0:
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line = bytes(self.buf[:end])
-        del self.buf[:end + 1]
-        return json.loads(line)
-
-
 def _failure_text(exc: BaseException) -> str:
     return clip(_program_traceback(exc), FEEDBACK_CHARS)
 
@@ -238,8 +222,8 @@ def run_functional(code: types.CodeType, *, source: str, fn_name: str, chan: int
             _send(chan, {"load_error": _failure_text(exc), "memory": isinstance(exc, MemoryError)})
             os._exit(0)
         _send(chan, {"ready": True})
-        requests = _Requests(chan)
-        while (request := requests.next()) is not None:
+        requests = LineReader(chan, limit=1 << 40)  # the judge's lines: blocking, no deadline
+        while (request := requests.next(None)) is not None:
             _send(chan, _answer(method, request))
     finally:
         os._exit(0)

@@ -24,6 +24,8 @@ import fcntl
 import os
 import stat
 
+from lcb.grading.process import temp_root
+
 UIDS_ENV = "LCB_SANDBOX_UIDS"
 PIN_ENV = "LCB_PIN_CPUS"
 DEFAULT_RANGE = (2147400000, 2147400255)
@@ -74,7 +76,7 @@ def claims_dir() -> str:
     if euid == 0 and os.path.isdir("/run") and os.access("/run", os.W_OK):
         path = "/run/lcb-claims"
     else:
-        path = os.path.join(_temp(), f"lcb-claims-{euid}")
+        path = os.path.join(temp_root(), f"lcb-claims-{euid}")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -83,14 +85,6 @@ def claims_dir() -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != euid or info.st_mode & 0o077:
         raise UidsExhausted(f"{path} must be a directory of uid {euid} with mode 0700")
     return path
-
-
-def _temp() -> str:
-    for name in ("TMPDIR", "TEMP", "TMP"):
-        value = os.environ.get(name)
-        if value and os.path.isdir(value):
-            return value
-    return "/tmp"
 
 
 def _try(kind: str, value: int) -> Claim | None:

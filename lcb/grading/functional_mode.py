@@ -140,7 +140,9 @@ class _Session:
     def _failed(self, index: int, how: str, t0: float) -> dict:
         """The verdict of a test whose process timed out, died or broke the protocol."""
         wall = time.monotonic() - t0
-        report = self._end(grace_s=HOST_SLACK_S, kill=how != "eof")
+        # A process that closed its channel is usually exiting: give it a second, then kill it
+        # (it may have closed the channel and gone on running).
+        report = self._end(grace_s=1.0 if how == "eof" else HOST_SLACK_S, kill=how != "eof")
         if report is None:
             return _lost(index, t0, HostLost("no exit report"))
         timed_out = how == "timeout" or report["timed_out"]

@@ -19,6 +19,7 @@ program (its verdicts say so), never another one, and the zygote kills what is l
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -56,8 +57,8 @@ def check_report(message: dict) -> dict:
                   "stderr": str(message["stderr"]), "oom": bool(message["oom"])}
     except (KeyError, TypeError, ValueError):
         raise HostLost(f"the program's host sent a malformed report: {sorted(message)}") from None
-    if report["wall"] < 0 or report["cpu"] < 0:
-        raise HostLost("the program's host sent negative times")
+    if not (0 <= report["wall"] < math.inf and 0 <= report["cpu"] < math.inf):
+        raise HostLost("the program's host sent times that are not times")
     return report
 
 

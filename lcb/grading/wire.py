@@ -132,9 +132,10 @@ class LineReader:
         self.fd, self.limit = fd, limit
         self.buf, self.scanned = bytearray(), 0
 
-    def next(self, deadline: float) -> dict | None:
-        """The next object; None at EOF. Raises `ChannelTimeout` at the deadline, and
-        `ChannelError` for a line that is too long, not JSON, or not an object."""
+    def next(self, deadline: float | None) -> dict | None:
+        """The next object; None at EOF. Raises `ChannelTimeout` at the deadline (None: wait
+        as long as it takes), and `ChannelError` for a line that is too long, not JSON, or not
+        an object."""
         while (end := self.buf.find(b"\n", self.scanned)) < 0:
             self.scanned = len(self.buf)
             if self.scanned > self.limit:
