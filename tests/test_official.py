@@ -73,6 +73,19 @@ def test_no_result_is_a_whole_program_failure_at_test_0(killed, verdict):
     assert grade.feedback.test_index == 0 and grade.feedback.error
 
 
+@pytest.mark.parametrize("segments", [
+    [[0, [1, 1, 1], {}]] * 5,                 # overlapping: 15 codes for 4 tests
+    [[0, [1], {}], [2, [1, 1], {}]],          # a gap
+    [[1, [1, 1, 1], {}]],                     # not from test 0
+    [[0, [1, 1, 1, 1, 1], {}]],               # past the last test
+])
+def test_a_result_official_code_cannot_have_written_counts_as_none(segments):
+    run = ChildRun.from_answer({"segments": segments, "killed": False, "wall_s": 0.1,
+                                "cpu_s": 0.1}, 4)
+    grade = to_grade(run, TESTS4, SUM_OK)
+    assert run.segments is None and grade.passed == 0 and len(grade.outcomes) == 1
+
+
 def test_all_tests_segments_cover_every_test():
     segments = [Segment(0, (1, -2), {"output": "x"}), Segment(2, (-4,), {"error": "E"}),
                 Segment(3, (1,), {})]

@@ -106,14 +106,33 @@ class Jail:
 
 def read_oom_kills(memory_group: str) -> int | None:
     """The `oom_kill` counter of a cgroup-v1 memory group (None if unreadable)."""
-    try:
-        with open(os.path.join(memory_group, "memory.oom_control")) as fh:
-            for line in fh:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
+    fd = open_oom_counter(memory_group)
+    if fd is None:
         return None
+    try:
+        return read_oom_counter(fd)
+    finally:
+        os.close(fd)
+
+
+def open_oom_counter(memory_group: str) -> int | None:
+    """A descriptor on the group's `memory.oom_control`, to read later (from a process that
+    may no longer open it: a program's host under Landlock)."""
+    try:
+        return os.open(os.path.join(memory_group, "memory.oom_control"), os.O_RDONLY)
+    except OSError:
+        return None
+
+
+def read_oom_counter(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 4096, 0).decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
     return None
 
 

@@ -11,8 +11,9 @@ limits}` with the program as a memfd, it compiles the program once (a syntax err
 answer), imports numpy when the program mentions it (as LiveCodeBench's grader has it imported
 before its guard), sets the rlimits, and confines itself for good (`confine`): the program's own
 uid (lcb as root: no capabilities), scrubbed environment, Landlock (read-only system and
-interpreter, writable `/tmp` or its directory only, no TCP, no signal or ptrace outside). From
-then on the host runs as the program would; it can harm only its own program.
+interpreter, writable `/tmp` or its directory only, no TCP, no signal or ptrace outside), the
+seccomp filter (`lcb.grading.seccomp`). From then on the host runs as the program would; it can
+harm only its own program.
 
 Operations on its control socket (see `lcb.grading.judge`):
 - `stdin` (fds: input and stdout memfds, in pairs): queued tests, run by `host_stdin`;
@@ -35,8 +36,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
-from lcb.grading import child, landlock, mounts, privilege, wire
-from lcb.grading.cgroups import read_oom_kills
+from lcb.grading import child, landlock, mounts, privilege, seccomp, wire
+from lcb.grading.cgroups import open_oom_counter, read_oom_counter
 from lcb.grading.contain import (
     Limits,
     apply_shared_limits,
@@ -68,6 +69,7 @@ class Identity(NamedTuple):
     landlock: bool
     read_roots: tuple[str, ...]  # what programs may read (see zygote.read_roots)
     memory_group: str | None    # the cgroup-v1 memory group, to tell OOM kills apart
+    seccomp: bool = False       # lcb.grading.seccomp's filter
 
 
 class Host(NamedTuple):
@@ -79,7 +81,7 @@ class Host(NamedTuple):
     workdir: str
     identity: Identity
     script: Callable[[], NoReturn] | None
-    oom_seen: list[int]         # [oom kills counted so far] (mutable: updated after each kill)
+    oom_seen: list[int]         # [oom kills counted so far, the counter's fd] (or empty)
 
 
 def serve(ctl_fd: int, identity: Identity) -> NoReturn:
@@ -156,26 +158,32 @@ def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
     source = _read_source(source_fd)
     code = None if mode == "official" else compile_program(source)
     if isinstance(code, str):
-        return _host(mode, source, fn_name, None, limits, workdir, identity), {
+        return _host(mode, source, fn_name, None, limits, workdir, identity, []), {
             "compile_error": code[:_MAX_ERROR]}
     if code is not None and "numpy" in source:
         _import_quietly("numpy")
+    oom = _oom_counter(identity)  # opened now: Landlock keeps the cgroup files out of reach
     confine(limits, workdir, identity, ruleset=ruleset)
-    host = _host(mode, source, fn_name, code, limits, workdir, identity)
+    host = _host(mode, source, fn_name, code, limits, workdir, identity, oom)
     gc.freeze()  # forked programs then never touch these objects when they collect garbage
     return host, {"ready": True, "pid": os.getpid()}
 
 
+def _oom_counter(identity: Identity) -> list[int]:
+    """[oom kills so far, the counter's fd], or [] without a memory cgroup."""
+    fd = open_oom_counter(identity.memory_group) if identity.memory_group else None
+    count = read_oom_counter(fd) if fd is not None else None
+    return [count, fd] if count is not None else []
+
+
 def _host(mode: str, source: str, fn_name: str | None, code: Any, limits: Limits,
-          workdir: str, identity: Identity) -> Host:
+          workdir: str, identity: Identity, oom: list[int]) -> Host:
     script = None
     if mode == "stdin" and code is not None:
         main = child.prelude_module("__main__")
         child.prepare_script(main)  # once here, not in every test's process
         script = functools.partial(child.run_as_script, code, main=main, prepared=True)
-    oom = read_oom_kills(identity.memory_group) if identity.memory_group else None
-    return Host(mode, source, fn_name, code, limits, workdir, identity, script,
-                [oom] if oom is not None else [])
+    return Host(mode, source, fn_name, code, limits, workdir, identity, script, oom)
 
 
 def _import_quietly(name: str) -> None:
@@ -198,6 +206,8 @@ def confine(limits: Limits, workdir: str, identity: Identity, *,
     if ruleset is not None:
         landlock.restrict(ruleset)
         os.close(ruleset)
+    if identity.seccomp:
+        seccomp.install()
     privilege.make_undumpable()
 
 
@@ -296,6 +306,7 @@ def _oom_killed(host: Host, status: int) -> bool:
     """True when the memory cgroup killed the program since the last check."""
     if not host.oom_seen or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
         return False
-    now = read_oom_kills(host.identity.memory_group) or host.oom_seen[0]
+    now = read_oom_counter(host.oom_seen[1])
+    now = host.oom_seen[0] if now is None else now
     killed, host.oom_seen[0] = now > host.oom_seen[0], now
     return killed

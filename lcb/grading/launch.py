@@ -144,12 +144,18 @@ _JOIN = ('adj=$1; shift; [ "$adj" = - ] || echo "$adj" 2>/dev/null > /proc/self/
 
 def start(argv: list[str], *, jail: Jail | None, stdin: int | None = subprocess.PIPE,
           stdout: int | None = subprocess.PIPE, stderr: Any = None,
-          pass_fds: tuple[int, ...] = (), oom_score_adj: int | None = None) -> subprocess.Popen:
+          pass_fds: tuple[int, ...] = (), oom_score_adj: int | None = None,
+          fixed_hashes: bool = True) -> subprocess.Popen:
     """Start `argv` in its own session, inside `jail`'s cgroups if given (joined before exec:
-    whatever cannot be joined is skipped), with `oom_score_adj` if given."""
+    whatever cannot be joined is skipped), with `oom_score_adj` if given. `fixed_hashes`
+    (zygotes, python_exec: programs hash alike everywhere) sets PYTHONHASHSEED=0; a judge runs
+    with random string hashes, so a program cannot aim colliding keys at it."""
     if jail is not None or oom_score_adj is not None:
         procs = jail.procs_files() if jail is not None else []
         adj = "-" if oom_score_adj is None else str(oom_score_adj)
         argv = ["/bin/sh", "-c", _JOIN, "lcb-join", adj, *procs, "--", *argv]
-    return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env=worker_env(),
+    env = worker_env()
+    if not fixed_hashes:
+        del env["PYTHONHASHSEED"]
+    return subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env,
                             cwd="/", start_new_session=True, close_fds=True, pass_fds=pass_fds)

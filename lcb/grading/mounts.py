@@ -9,8 +9,10 @@
 - `private_tmp(tmp_root, tmp_bytes=…, shm_bytes=…)`: in a program's host, per program. A new
   mount and IPC namespace with a fresh size-capped tmpfs on `tmp_root` (the program's `/tmp`,
   holding its working directory) and on `/dev/shm`; System V shared memory limited to
-  `shm_bytes`. All of it disappears with the last process of the program, so nothing a program
-  writes there outlives it or reaches the next program.
+  `shm_bytes`; and a fresh `/proc` with `hidepid=invisible`, in which the program sees only
+  processes of its own uid (not lcb's, not other programs': no `/proc/<pid>/comm`, `cmdline` or
+  `schedstat` to read across). All of it disappears with the last process of the program, so
+  nothing a program writes there outlives it or reaches the next program.
 
 Mount changes never propagate back to the host (every mount is made private first). Needs
 CAP_SYS_ADMIN; raises OSError otherwise. Stdlib only (ctypes).
@@ -25,7 +27,7 @@ import stat
 from collections.abc import Iterable
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 
 
@@ -103,8 +105,10 @@ def readable_view(paths: Iterable[str], uid: int) -> list[str]:
     return bound
 
 
-def private_tmp(tmp_root: str, *, tmp_bytes: int, shm_bytes: int) -> None:
-    """Enter new mount and IPC namespaces with fresh, capped tmpfs on `tmp_root`, /dev/shm."""
+def private_tmp(tmp_root: str, *, tmp_bytes: int, shm_bytes: int) -> bool:
+    """Enter new mount and IPC namespaces with fresh, capped tmpfs on `tmp_root`, /dev/shm,
+    and a `/proc` that hides other uids' processes; False when /proc could not be remounted
+    (the rest holds)."""
     _new_namespace(_CLONE_NEWNS | _CLONE_NEWIPC)
     _mount("tmpfs", tmp_root, "tmpfs", _MS_NOSUID | _MS_NODEV,
            f"mode=1777,size={tmp_bytes},nr_inodes=65536")
@@ -118,3 +122,8 @@ def private_tmp(tmp_root: str, *, tmp_bytes: int, shm_bytes: int) -> None:
                 fh.write(str(value))
         except OSError:
             pass  # a read-only /proc/sys (some containers): the memory cgroup still bounds it
+    try:
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
+    except OSError:
+        return False
+    return True

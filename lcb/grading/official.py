@@ -177,11 +177,19 @@ class ChildRun:
 
     @classmethod
     def from_answer(cls, run: dict, n_tests: int) -> ChildRun:
-        """From a judge's answer (already plain data); segments outside the tests are dropped."""
-        segments = None
-        if run.get("segments") is not None:
-            segments = [Segment(start, tuple(codes), meta) for start, codes, meta in
-                        run["segments"] if 0 <= start < n_tests and start + len(codes) <= n_tests]
+        """From a judge's answer (already plain data). Segments must tile the tests from 0
+        (each starts where the one before ended, none runs past the last test); anything else
+        is a result LiveCodeBench's code cannot have written, so it counts as none at all."""
+        segments = [Segment(start, tuple(codes), meta)
+                    for start, codes, meta in run.get("segments") or []]
+        end = 0
+        for segment in segments:
+            if segment.start != end or not segment.codes:
+                segments = []
+                break
+            end += len(segment.codes)
+        if end > n_tests or not segments:
+            segments = None
         return cls(segments, bool(run.get("killed")), float(run.get("wall_s", 0.0)),
                    float(run.get("cpu_s", 0.0)))
 

@@ -17,9 +17,12 @@ Always (both tiers, any uid):
   `environ`, `mem` or ptrace for the same uid); programs get a scrubbed environment (no API
   key), exactly fds 0/1/2 (plus the functional channel to the judge), their own session.
 - Landlock (Linux >= 5.13, where enabled): a program reads only the system directories and the
-  interpreter (not lcb's checkout, its data, results or any home), writes only its own `/tmp`
-  or working directory, cannot bind or connect TCP (ABI >= 4), nor signal or connect to an
-  abstract socket of any process outside its domain (ABI >= 6).
+  interpreter (not lcb's checkout, its data, results, any home, nor the cgroup files), writes
+  only its own `/tmp` or working directory, cannot bind or connect TCP (ABI >= 4), nor signal
+  or connect to an abstract socket of any process outside its domain (ABI >= 6).
+- seccomp (x86-64, aarch64; `lcb.grading.seccomp`): no kernel keyrings (a key would outlive its
+  program and reach later ones), no new user namespaces, no io_uring, userfaultfd,
+  perf_event_open or bpf, no vsock, no other syscall ABI.
 - Resources: rlimits (address space `LCB_FUNCTIONAL_MEMORY_BYTES` / `LCB_SANDBOX_MEMORY_BYTES`,
   CPU seconds, 16 MiB per file and captured stdout, 256 files, no core dumps), a wall-clock
   deadline, and after every run every process it started is killed and reaped (the program's
@@ -29,8 +32,9 @@ As root (lcb's usual case in containers and on cluster nodes), also:
 - each grading slot and each python_exec run has a uid of its own (`lcb.grading.claims`), with
   no capabilities and `no_new_privs`: programs cannot signal, trace or read lcb or one another,
   cannot write lcb's files, and RLIMIT_NPROC bounds their tasks;
-- a private, size-capped tmpfs `/tmp` and `/dev/shm`, and a private IPC namespace, per program:
-  nothing it writes outlives it or reaches the next program;
+- a private, size-capped tmpfs `/tmp` and `/dev/shm`, a private IPC namespace and a `/proc`
+  that shows only its own uid's processes, per program: nothing it writes outlives it or
+  reaches the next program, and it sees neither lcb's processes nor other programs';
 - where cgroup v1 is mounted: per slot a pids group (pids.max), a memory group whose limit
   covers memfd, tmpfs and shared memory, and a cpu group of equal weight, so one program
   cannot starve another graded beside it into a time limit.
@@ -43,9 +47,13 @@ unprivileged uid, so a remount is impossible).
 What does NOT hold:
 - In the process tier, UDP and unix sockets stay open (Landlock covers TCP only); use bwrap to
   close the network.
-- As a non-root user: programs run as lcb's uid, so the uid, tmpfs, IPC and cgroup layers above
-  are missing: a program can write files its uid may write only where Landlock allows (its
-  working directory), leave System V shared memory behind, and, without Landlock, signal lcb.
+- As a non-root user: programs run as lcb's uid, so the uid, tmpfs, IPC, /proc and cgroup
+  layers above are missing: a program can write files only where Landlock allows (its working
+  directory), leave System V shared memory behind, see other processes in /proc (not their
+  memory, descriptors or environment), and, without Landlock, signal lcb.
+- A program can signal and stop its own host (the host is its side): that fails its own
+  grade only. Programs of one slot run one after another as the slot's uid; what one leaves
+  is killed before the next starts, and a slot whose leftovers survive the kill is replaced.
 - Without Landlock (old kernels, LSM disabled) programs can read any file their uid can read,
   including the data files: keep data and results unreadable to the programs' uid, or use bwrap.
 - `--grader official` runs LiveCodeBench's in-process grader: the program shares its process

@@ -80,7 +80,7 @@ class Slot:
                 launch.python_argv("lcb.grading.judge:main", sandbox=sandbox, role="judge",
                                    args=(mine.fileno(), pin)),
                 jail=None, pass_fds=(mine.fileno(),), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log)
+                stdout=subprocess.PIPE, stderr=log, fixed_hashes=False)
         finally:
             mine.close()
             theirs.close()

@@ -11,7 +11,10 @@ Encoding (JSON text; every JSON object is a tag, so a tag cannot be forged by a 
 - `tuple`: `{"tuple": [...]}` (a tuple never equals a list, except at the top level, which
   LiveCodeBench turns into a list);
 - `dict` (and `OrderedDict`, `defaultdict`, `Counter`): `{"dict": [[key, value], ...]}`, keys
-  encoded like values (`{1: 2} != {"1": 2}`);
+  encoded like values (`{1: 2} != {"1": 2}`). The judge builds a dict only when every key is a
+  string (the only keys an expected JSON value has; string hashing is randomized in the judge);
+  any other dict decodes to `UnequalDict`, equal to nothing, so no program-chosen key is ever
+  hashed there (integer keys can be made to collide, which would cost the judge quadratic time);
 - numpy scalars and 0-d arrays: their `.item()` (they compare as that Python value).
 Anything else (a class of the program's, a set, a generator, a numpy array, a subclass of a
 built-in type) raises `NotData` naming its type: the test fails with that verdict.
@@ -77,22 +80,46 @@ def _untag(obj: dict) -> Any:
     raise NotData("the returned value's encoding is not one lcb writes")
 
 
-def _pairs(body: list) -> dict:
-    result = {}
+class UnequalDict:
+    """A returned dict with a key that is not a string: it equals no JSON value, so it is
+    compared as unequal without hashing its keys."""
+
+    __slots__ = ("pairs",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, pairs: list):
+        self.pairs = pairs
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self.pairs[:50]) + (
+            ", ..." if len(self.pairs) > 50 else "") + "}"
+
+
+def _pairs(body: list) -> dict | UnequalDict:
     for pair in body:
         if type(pair) is not list or len(pair) != 2:
             raise NotData("a dict entry is not a key-value pair")
-        try:
-            result[pair[0]] = pair[1]
-        except TypeError:
-            raise NotData("a dict key is not hashable") from None
-    return result
+    if all(type(key) is str for key, _ in body):
+        return dict(body)
+    return UnequalDict(body)
+
+
+def _int(text: str) -> int:
+    if len(text) > 32:  # `encode` writes big ints in hex: a long decimal is a forgery
+        raise NotData("the returned value's encoding is not one lcb writes")
+    return int(text)
 
 
 def decode(text: str | bytes) -> Any:
     """Plain values from `encode`'s text; raises `NotData` for anything else."""
     try:
-        return json.loads(text, object_hook=_untag)
+        return json.loads(text, object_hook=_untag, parse_int=_int)
     except NotData:
         raise
     except (ValueError, RecursionError, TypeError) as exc:

@@ -13,7 +13,8 @@ Confinement, decided here once (each part is probed in a throw-away child first)
   under a directory others cannot search (`/root`), the zygote enters a mount namespace in
   which exactly the interpreter's directories are visible (`mounts.readable_view`);
 - as root with CAP_SYS_ADMIN: a private tmpfs `/tmp` and `/dev/shm` per program;
-- Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data).
+- Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data);
+- a seccomp filter (`lcb.grading.seccomp`: no keyrings, no user namespaces, no io_uring, ...).
 
 Protocol on its seqpacket socket (with the judge): it says `{"ready", "pid", "isolation"}` (or
 `{"error"}`) once; `{"op": "host", "mode"}` kills whatever earlier programs left, answers
@@ -31,7 +32,7 @@ import sys
 from typing import Any, NoReturn
 
 from lcb.grading import host as program_host
-from lcb.grading import landlock, mounts, privilege, wire
+from lcb.grading import landlock, mounts, privilege, seccomp, wire
 from lcb.grading.cgroups import own_group, read_oom_kills
 from lcb.grading.contain import (
     become_subreaper,
@@ -46,8 +47,10 @@ from lcb.grading.prelude import import_prelude_modules
 from lcb.grading.process import sweep_stale_workdirs, temp_root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# /sys only for the CPU topology numerical libraries read: not /sys/fs/cgroup, whose counters
+# (memory peaks, OOM kills of other slots) would be a channel between programs.
 SYSTEM_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc",
-                "/proc", "/sys", "/dev")
+                "/proc", "/sys/devices/system/cpu", "/dev")
 
 
 def read_roots() -> tuple[str, ...]:
@@ -106,6 +109,11 @@ def _memory_group() -> str | None:
     return group if read_oom_kills(group) is not None else None
 
 
+def _hidden_proc(tmp: str) -> None:
+    if not mounts.private_tmp(tmp, tmp_bytes=1 << 20, shm_bytes=1 << 20):
+        raise OSError("/proc could not be remounted with hidepid")
+
+
 def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
     """The programs' confinement, and its description for the pool (see module docstring)."""
     roots = read_roots()
@@ -113,9 +121,12 @@ def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
     if uid is not None:
         info["view"] = mounts.readable_view(roots, uid)
     tmp = temp_root()
-    problem = _probe(lambda: mounts.private_tmp(tmp, tmp_bytes=1 << 20, shm_bytes=1 << 20)) \
-        if uid is not None else "lcb does not run as root"
+    problem = _probe(lambda: _hidden_proc(tmp)) if uid is not None else "lcb does not run as root"
+    if problem and "hidepid" in problem:  # the namespaces work, only /proc stays as it is
+        info["hidden_proc"] = False
+        problem = None
     info["private_tmp"] = problem is None
+    info.setdefault("hidden_proc", info["private_tmp"])
     if problem:
         info["private_tmp_unavailable"] = problem
     if uid is not None:
@@ -126,10 +137,11 @@ def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
         failed = _probe(lambda: landlock.restrict(landlock.build(read=roots, write=[tmp])))
         if failed:
             raise OSError(f"Landlock is available but does not apply: {failed}")
+    info["seccomp"] = seccomp.available() and _probe(seccomp.install) is None
     memory = _memory_group()
     info["memory_cgroup"] = memory is not None
     return program_host.Identity(uid, info["private_tmp"], info["landlock_abi"] > 0, roots,
-                                 memory), info
+                                 memory, info["seccomp"]), info
 
 
 def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoReturn:
@@ -177,8 +189,9 @@ class _Spares:
         theirs.close()
         return pid, mine
 
-    def clear(self, *, keep_spare: bool = True) -> None:
-        """Kill every host handed out and whatever it left (not the spare, if asked)."""
+    def clear(self, *, keep_spare: bool = True) -> bool:
+        """Kill every host handed out and whatever it left (not the spare, if asked); False
+        if something survived the kill loop."""
         for pid in self.handed:  # usually exiting already: end it and reap it, no polling
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -187,15 +200,22 @@ class _Spares:
                 pass
         self.handed.clear()
         spare = self.pid if keep_spare else None
+        gone = True
         if reap_all() and not _only_child(spare):
             me = os.getpid()
-            kill_until_gone(lambda: [p for p in descendants_of(me) if p != spare], settle_s=5.0)
+            gone = kill_until_gone(lambda: [p for p in descendants_of(me) if p != spare],
+                                   settle_s=5.0)
         if not self.identity.private_tmp:  # a confined host cannot remove its own directory
             sweep_stale_workdirs()
+        return gone
 
     def hand_out(self) -> None:
-        """Kill what earlier programs left, give the judge the spare, fork the next one."""
-        self.clear()
+        """Kill what earlier programs left, give the judge the spare, fork the next one. A
+        program whose processes outlive the kill loop ends this zygote instead: the pool
+        replaces the whole slot (and kills its cgroups)."""
+        if not self.clear():
+            wire.send(self.judge, {"error": "processes of an earlier program survived"})
+            raise wire.ChannelError("leftovers survived")
         wire.send(self.judge, {"forked": self.pid}, [self.end.fileno()])
         self.handed.append(self.pid)
         self.end.close()
