@@ -613,12 +613,13 @@ import json, os, stat, time
 # The answer a dict of 60k keys that all hash to 0 would encode to, written straight to the
 # channel (building such a dict here would itself take quadratic time).
 pairs = [[k * ((1 << 61) - 1), 0] for k in range(1, 60_001)]
-answer = json.dumps({"i": 0, "value": json.dumps({"dict": pairs}), "cpu": 0}) + "\\n"
+value = json.dumps({"dict": pairs}).encode()
+answer = b"value 0 0.0 %d\\n" % len(value) + value
 chan = next(fd for fd in range(3, 64) if os.path.exists(f"/proc/self/fd/{fd}")
             and stat.S_ISSOCK(os.fstat(fd).st_mode))
 class Solution:
     def add(self, a, b):
-        os.write(chan, answer.encode())
+        os.write(chan, answer)
         time.sleep(30)
 """
 

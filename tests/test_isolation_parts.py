@@ -100,8 +100,13 @@ def test_what_is_not_data_is_refused_by_name(value):
     '{"tuple": 3}', '{"x": 1}', '{"int": "zz"}', '{"dict": [1]}',
     "[" * 5000 + "]" * 5000, "1" * 5000, "not json"])
 def test_forged_encodings_are_refused_not_believed(text):
-    with pytest.raises(values.NotData):
-        values.decode(text)
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(4300)  # the judge's (a library in this process may raise it)
+    try:
+        with pytest.raises(values.NotData):
+            values.decode(text)
+    finally:
+        sys.set_int_max_str_digits(limit)
 
 
 # --- wire ------------------------------------------------------------------------------------
@@ -134,15 +139,18 @@ def test_unexpected_descriptors_are_closed_and_the_packet_refused():
     os.close(spare)
 
 
-def test_a_line_over_the_limit_or_not_an_object_is_garbage():
+def test_a_frame_that_is_malformed_or_over_the_limit_is_garbage():
     mine, theirs = socket.socketpair()
-    reader = wire.LineReader(theirs.fileno(), limit=64)
-    mine.sendall(b'[1, 2]\n{"ok": 1}\n' + b"x" * 200)
+    reader = wire.FrameReader(theirs.fileno(), limit=64)
+    mine.sendall(wire.frame("value", 0, payload=b"[1]") + b"value 1 x\n" + b"v 2 99999\n")
     soon = time.monotonic() + 5
-    with pytest.raises(wire.ChannelError, match="not a JSON object"):
+    assert reader.next(deadline=soon) == ([b"value", b"0"], b"[1]")
+    with pytest.raises(wire.ChannelError, match="length"):
         reader.next(deadline=soon)
-    assert reader.next(deadline=soon) == {"ok": 1}
-    with pytest.raises(wire.ChannelError, match="over the 64-byte limit"):
+    with pytest.raises(wire.ChannelError, match="over the limit"):
+        reader.next(deadline=soon)
+    mine.sendall(b"x" * 300)
+    with pytest.raises(wire.ChannelError, match="too long"):
         reader.next(deadline=soon)
 
 

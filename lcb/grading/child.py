@@ -7,10 +7,11 @@
 - `run_functional(...)`: load the program once (prelude + program in a module that is not
   `__main__`), take `Solution()` when the text `class Solution` occurs (one instance for all
   tests) else the module-level function. It talks JSON lines with the judge on its channel (a
-  socket, the one descriptor it has beyond 0/1/2): it answers `{"ready": true}` (or
-  `{"load_error", "memory"}`), then for each `{"i", "input"}` it receives: JSON args per line,
-  call, and `{"i", "value": <lcb.grading.values text>, "cpu"}` (or `{"i", "error", "memory"}`,
-  or `{"i", "nondata"}` for a value that is not plain data). It never sees an expected output:
+  socket, the one descriptor it has beyond 0/1/2), in `wire.frame`s: it answers `ready` (or
+  `error`/`memory` with the traceback when loading fails), then for each test `i` it receives
+  (the input text): JSON args per line, call, and `value i cpu` with the value in
+  `lcb.grading.values`' encoding (or `error`/`memory` with the traceback, or `nondata` for a
+  value that is not plain data). It never sees an expected output:
   the judge compares. Whatever the program does to this process (patching `json`, writing to
   the channel itself) only changes what it answers, as returning another value would.
 
@@ -38,7 +39,7 @@ from lcb.grading.prelude import (
 from lcb.grading.values import NotData
 from lcb.grading.values import encode as encode_value
 from lcb.grading.verdicts import FEEDBACK_CHARS, clip
-from lcb.grading.wire import LineReader
+from lcb.grading.wire import FrameReader, frame
 
 SCRIPT_FILE = "solution.py"
 FUNCTIONAL_MODULE = "tmp_sol"  # like LiveCodeBench: not "__main__", so main guards do not run
@@ -170,8 +171,7 @@ def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
         os._exit(status)
 
 
-def _send(fd: int, message: dict) -> None:
-    data = (json.dumps(message) + "\n").encode()
+def _send(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -193,24 +193,26 @@ def _load(code: types.CodeType, source: str, fn_name: str):
     return namespace[fn_name]
 
 
-def _answer(method, request: dict) -> dict:
+def _failed(index: int, exc: BaseException, cpu: float) -> bytes:
+    kind = "memory" if isinstance(exc, MemoryError) else "error"
+    return frame(kind, index, f"{cpu:.6f}", payload=_failure_text(exc).encode("utf-8",
+                                                                               "replace"))
+
+
+def _answer(method, index: int, text: str) -> bytes:
     """Call the method on one test's input; the answer carries the value as data."""
-    index = request.get("i")
     started = time.process_time()
     try:
-        args = [json.loads(line) for line in request["input"].split("\n")]
-        result = method(*args)
+        result = method(*[json.loads(line) for line in text.split("\n")])
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are program failures too
-        return {"i": index, "error": _failure_text(exc), "memory": isinstance(exc, MemoryError),
-                "cpu": time.process_time() - started}
-    cpu = time.process_time() - started
+        return _failed(index, exc, time.process_time() - started)
+    cpu = f"{time.process_time() - started:.6f}"
     try:
-        return {"i": index, "value": encode_value(result), "cpu": cpu}
+        return frame("value", index, cpu, payload=encode_value(result).encode())
     except NotData as exc:
-        return {"i": index, "nondata": str(exc), "cpu": cpu}
+        return frame("nondata", index, cpu, payload=str(exc).encode())
     except BaseException as exc:  # an item's .item() raised, memory ran out while encoding, ...
-        return {"i": index, "error": _failure_text(exc), "memory": isinstance(exc, MemoryError),
-                "cpu": cpu}
+        return _failed(index, exc, float(cpu))
 
 
 def run_functional(code: types.CodeType, *, source: str, fn_name: str, chan: int) -> NoReturn:
@@ -219,11 +221,12 @@ def run_functional(code: types.CodeType, *, source: str, fn_name: str, chan: int
         try:
             method = _load(code, source, fn_name)
         except BaseException as exc:
-            _send(chan, {"load_error": _failure_text(exc), "memory": isinstance(exc, MemoryError)})
+            _send(chan, _failed(-1, exc, 0.0))
             os._exit(0)
-        _send(chan, {"ready": True})
-        requests = LineReader(chan, limit=1 << 40)  # the judge's lines: blocking, no deadline
+        _send(chan, frame("ready", -1, 0))
+        requests = FrameReader(chan, limit=1 << 40)  # the judge's frames: no deadline
         while (request := requests.next(None)) is not None:
-            _send(chan, _answer(method, request))
+            fields, data = request
+            _send(chan, _answer(method, int(fields[0]), data.decode("utf-8", "surrogatepass")))
     finally:
         os._exit(0)

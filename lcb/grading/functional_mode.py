@@ -1,15 +1,17 @@
 """Functional mode, on the judge's side: feed one program process its tests, judge its values.
 
 The host starts one process for the program (`child.run_functional`) with a stream socket as
-its channel. The judge waits for `ready` (the program loaded: `Solution()` made), then for each
-test sends the input and starts that test's clock; the process answers with the return value as
-data (`lcb.grading.values`). The judge decodes it into plain values, turns a top-level tuple
-into a list (as LiveCodeBench does) and compares with the expected value with `==` here.
+its channel (`wire.frame`s both ways). The judge waits for `ready` (the program loaded:
+`Solution()` made), then for each test sends the input and starts that test's clock; the
+process answers with the return value as data (`lcb.grading.values`). The judge decodes it
+into plain values, turns a top-level tuple into a list (as LiveCodeBench does) and compares
+with the expected value with `==` here.
 
 Because the judge sends test `i + 1` only after it has judged test `i`, and its clock runs from
 its own send, nothing the program writes can start, stop or stretch a clock, and no answer can
 be taken for another test's. A late answer is a time limit (the host kills the process), an
-answer that is not one (wrong index, not JSON, too long) a runtime error, a closed channel a
+answer that is not one (a wrong index, a malformed frame, too long) a runtime
+error, a closed channel a
 crash classified from the host's exit report. With `all_tests`, a fresh process (a fresh
 `Solution()`) goes on after a crash.
 """
@@ -20,7 +22,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lcb.grading import values, wire
 from lcb.grading.judge import HOST_SLACK_S, Host, HostLost
@@ -78,7 +80,7 @@ class _Session:
             theirs.close()
         mine.setblocking(False)
         self.sock = mine
-        self.lines = wire.LineReader(mine.fileno(), limit=2 * job.limits.output_bytes)
+        self.frames = wire.FrameReader(mine.fileno(), limit=2 * job.limits.output_bytes)
         try:
             yield from self._tests(start, t0)
         finally:
@@ -89,14 +91,15 @@ class _Session:
     def _tests(self, start: int, t0: float) -> Iterator[dict]:
         job = self.job
         hello = self._next(t0 + job.timeout_s)
-        if not (isinstance(hello, dict) and hello.get("ready") is True):
+        if not (isinstance(hello, _Answer) and hello.kind == "ready"):
             yield self._not_loaded(start, t0, hello)
             return
         for index in range(start, len(job.tests)):
+            data = job.tests[index].input.encode("utf-8", "surrogatepass")
             t0 = time.monotonic()
             try:
-                wire.send_line(self.sock.fileno(), {"i": index, "input": job.tests[index].input},
-                               t0 + job.timeout_s)
+                wire.send_all(self.sock.fileno(), wire.frame(index, payload=data),
+                              t0 + job.timeout_s)
                 answer = self._next(t0 + job.timeout_s)
             except wire.ChannelTimeout:
                 answer = "timeout"
@@ -107,15 +110,17 @@ class _Session:
             if self.ended or (result["v"] is not Verdict.PASSED and not job.all_tests):
                 return
 
-    def _next(self, deadline: float) -> dict | str:
-        """The program's next message, or "timeout", "eof" or "garbage"."""
+    def _next(self, deadline: float) -> _Answer | str:
+        """The program's next answer, or "timeout", "eof" or "garbage"."""
         try:
-            message = self.lines.next(deadline)
+            got = self.frames.next(deadline)
         except wire.ChannelTimeout:
             return "timeout"
         except wire.ChannelError:
             return "garbage"
-        return "eof" if message is None else message
+        if got is None:
+            return "eof"
+        return _Answer.parse(*got) or "garbage"
 
     def _end(self, *, grace_s: float, kill: bool = False) -> dict | None:
         """End the process (EOF on its channel; `kill` at once) and take the host's report."""
@@ -128,12 +133,12 @@ class _Session:
         self.ended = True
         return self.host.exit_report(grace_s=grace_s)
 
-    def _not_loaded(self, index: int, t0: float, hello: dict | str) -> dict:
-        if isinstance(hello, dict) and "load_error" in hello:
+    def _not_loaded(self, index: int, t0: float, hello: _Answer | str) -> dict:
+        if isinstance(hello, _Answer) and hello.kind in ("error", "memory"):
             self._end(grace_s=HOST_SLACK_S)
-            verdict = Verdict.MEMORY_LIMIT if hello.get("memory") is True else Verdict.RUNTIME_ERROR
+            verdict = Verdict.MEMORY_LIMIT if hello.kind == "memory" else Verdict.RUNTIME_ERROR
             return {"i": index, "v": verdict, "wall": time.monotonic() - t0, "cpu": 0.0,
-                    "actual": "", "error": clip(str(hello["load_error"])), "load": True}
+                    "actual": "", "error": clip(hello.text()), "load": True}
         how = hello if isinstance(hello, str) else "garbage"
         return self._failed(index, how, t0)
 
@@ -158,26 +163,21 @@ class _Session:
         return {"i": index, "v": verdict, "wall": wall, "cpu": report["cpu"], "actual": "",
                 "error": clip(error), "exit": True}
 
-    def _judge(self, index: int, answer: dict | str, t0: float) -> dict:
-        if isinstance(answer, str) or answer.get("i") != index:
+    def _judge(self, index: int, answer: _Answer | str, t0: float) -> dict:
+        if isinstance(answer, str) or answer.index != index or answer.kind == "ready":
             return self._failed(index, answer if isinstance(answer, str) else "garbage", t0)
         wall = time.monotonic() - t0
-        cpu = answer.get("cpu")
-        cpu = min(max(float(cpu), 0.0), 64 * wall) if isinstance(cpu, int | float) else 0.0
-        result = {"i": index, "wall": wall, "cpu": cpu}
-        if isinstance(answer.get("value"), str):
-            result.update(self._compare(index, answer["value"]))
-        elif isinstance(answer.get("nondata"), str):
-            result.update(v=Verdict.WRONG_ANSWER, actual="", error=clip(answer["nondata"]))
-        elif isinstance(answer.get("error"), str):
-            memory = answer.get("memory") is True
-            result.update(v=Verdict.MEMORY_LIMIT if memory else Verdict.RUNTIME_ERROR,
-                          actual="", error=clip(answer["error"]))
+        result = {"i": index, "wall": wall, "cpu": min(answer.cpu, 64 * wall)}
+        if answer.kind == "value":
+            result.update(self._compare(index, answer.payload))
+        elif answer.kind == "nondata":
+            result.update(v=Verdict.WRONG_ANSWER, actual="", error=clip(answer.text()))
         else:
-            return self._failed(index, "garbage", t0)
+            verdict = Verdict.MEMORY_LIMIT if answer.kind == "memory" else Verdict.RUNTIME_ERROR
+            result.update(v=verdict, actual="", error=clip(answer.text()))
         return result
 
-    def _compare(self, index: int, text: str) -> dict:
+    def _compare(self, index: int, text: bytes) -> dict:
         try:
             value = values.decode(text)
         except values.NotData as exc:
@@ -196,6 +196,32 @@ class _Session:
         if same:
             return {"v": Verdict.PASSED}
         return {"v": Verdict.WRONG_ANSWER, "actual": clip(_safe_repr(value)), "error": ""}
+
+
+class _Answer(NamedTuple):
+    """One frame from the program's process, its header checked."""
+
+    kind: str
+    index: int
+    cpu: float
+    payload: bytes
+
+    KINDS = frozenset({"ready", "value", "nondata", "error", "memory"})
+
+    @classmethod
+    def parse(cls, fields: list[bytes], payload: bytes) -> _Answer | None:
+        if len(fields) != 3:
+            return None
+        try:
+            kind, index, cpu = fields[0].decode("ascii"), int(fields[1]), float(fields[2])
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if kind not in cls.KINDS or not 0.0 <= cpu < float("inf"):
+            return None
+        return cls(kind, index, cpu, payload)
+
+    def text(self) -> str:
+        return self.payload.decode("utf-8", "replace")
 
 
 def _lost(index: int, t0: float, exc: Exception) -> dict:

@@ -70,6 +70,7 @@ class Identity(NamedTuple):
     read_roots: tuple[str, ...]  # what programs may read (see zygote.read_roots)
     memory_group: str | None    # the cgroup-v1 memory group, to tell OOM kills apart
     seccomp: bool = False       # lcb.grading.seccomp's filter
+    cpu: int | None = None      # the slot's CPU: a loaded host and its programs run there
 
 
 class Host(NamedTuple):
@@ -163,6 +164,8 @@ def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
     if code is not None and "numpy" in source:
         _import_quietly("numpy")
     oom = _oom_counter(identity)  # opened now: Landlock keeps the cgroup files out of reach
+    if identity.cpu is not None:  # the spare was prepared anywhere; the program runs here
+        os.sched_setaffinity(0, {identity.cpu})
     confine(limits, workdir, identity, ruleset=ruleset)
     host = _host(mode, source, fn_name, code, limits, workdir, identity, oom)
     gc.freeze()  # forked programs then never touch these objects when they collect garbage

@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
 from typing import Any, NoReturn
@@ -198,6 +199,7 @@ def main(peer_fd: int, cpu: int | None = None) -> NoReturn:
     make_undumpable()
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop
+    sys.set_int_max_str_digits(4300)  # see values.decode: no long decimal is ever converted
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     zygote = Zygote(socket.socket(fileno=peer_fd))

@@ -110,16 +110,14 @@ def _pairs(body: list) -> dict | UnequalDict:
     return UnequalDict(body)
 
 
-def _int(text: str) -> int:
-    if len(text) > 32:  # `encode` writes big ints in hex: a long decimal is a forgery
-        raise NotData("the returned value's encoding is not one lcb writes")
-    return int(text)
-
-
 def decode(text: str | bytes) -> Any:
-    """Plain values from `encode`'s text; raises `NotData` for anything else."""
+    """Plain values from `encode`'s text; raises `NotData` for anything else.
+
+    A decimal integer longer than the interpreter's `sys.get_int_max_str_digits()` is refused
+    by `json` itself (the judge keeps the default, 4300: `encode` writes big ints in hex), so
+    no program can make the judge spend quadratic time converting digits."""
     try:
-        return json.loads(text, object_hook=_untag, parse_int=_int)
+        return json.loads(text, object_hook=_untag)
     except NotData:
         raise
     except (ValueError, RecursionError, TypeError) as exc:

@@ -7,8 +7,9 @@
   with file descriptors attached (SCM_RIGHTS). `send(sock, message, fds)`;
   `recv(sock, max_fds=…, deadline=…)` returns (message, fds) and closes whatever arrived
   with a packet it rejects (truncated, too many fds, not a JSON object).
-- `LineReader`: newline-terminated JSON objects from an untrusted stream (a program's
-  functional-mode channel), each capped and awaited until a deadline.
+- `FrameReader` / `frame`: a header line and a length-prefixed payload on a stream (a program's
+  functional-mode channel), each capped and awaited until a deadline; payloads are text the
+  reader decodes itself (an input, or a value in `lcb.grading.values`' encoding).
 
 Whoever reads a message validates its fields; these functions only guarantee plain JSON data of
 bounded size. Stdlib only.
@@ -125,40 +126,54 @@ def close_all(fds: list[int] | tuple[int, ...]) -> None:
             pass
 
 
-class LineReader:
-    """JSON objects, one per line, from an untrusted stream descriptor."""
+class FrameReader:
+    """Frames from a stream descriptor: a header line of space-separated ASCII fields whose
+    last one is the payload's length, then the payload. Used for the functional channel, where
+    the program's process may write anything: a header too long or malformed, or a payload over
+    `limit`, is a `ChannelError`; the deadline a `ChannelTimeout`."""
+
+    HEADER_LIMIT = 256
 
     def __init__(self, fd: int, *, limit: int):
-        self.fd, self.limit = fd, limit
-        self.buf, self.scanned = bytearray(), 0
+        self.fd, self.limit, self.buf = fd, limit, bytearray()
 
-    def next(self, deadline: float | None) -> dict | None:
-        """The next object; None at EOF. Raises `ChannelTimeout` at the deadline (None: wait
-        as long as it takes), and `ChannelError` for a line that is too long, not JSON, or not
-        an object."""
-        while (end := self.buf.find(b"\n", self.scanned)) < 0:
-            self.scanned = len(self.buf)
-            if self.scanned > self.limit:
-                raise ChannelError(f"a message over the {self.limit}-byte limit")
-            _wait_readable(self.fd, deadline)
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
+    def _fill(self, deadline: float | None) -> bool:
+        _wait_readable(self.fd, deadline)
+        chunk = os.read(self.fd, 1 << 16)
+        self.buf += chunk
+        return bool(chunk)
+
+    def next(self, deadline: float | None) -> tuple[list[bytes], bytes] | None:
+        """(header fields but the length, payload); None at EOF between frames. A deadline
+        of None waits as long as it takes."""
+        while (end := self.buf.find(b"\n")) < 0:
+            if len(self.buf) > self.HEADER_LIMIT:
+                raise ChannelError("a frame header is too long")
+            if not self._fill(deadline):
+                if self.buf:
+                    raise ChannelError("the channel closed inside a frame")
                 return None
-            self.buf += chunk
-        line = bytes(self.buf[:end])
+        fields = bytes(self.buf[:end]).split(b" ")
         del self.buf[:end + 1]
-        self.scanned = 0
-        if len(line) > self.limit:
-            raise ChannelError(f"a message over the {self.limit}-byte limit")
-        message = loads(line)
-        if not isinstance(message, dict):
-            raise ChannelError("a message is not a JSON object")
-        return message
+        if not fields[-1].isdigit() or int(fields[-1]) > self.limit:
+            raise ChannelError("a frame's length is missing or over the limit")
+        size = int(fields[-1])
+        while len(self.buf) < size:
+            if not self._fill(deadline):
+                raise ChannelError("the channel closed inside a frame")
+        payload = bytes(self.buf[:size])
+        del self.buf[:size]
+        return fields[:-1], payload
 
 
-def send_line(fd: int, message: dict, deadline: float) -> None:
-    """Write one JSON line to a non-blocking stream descriptor before `deadline`."""
-    view = memoryview((json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8"))
+def frame(*fields: object, payload: bytes = b"") -> bytes:
+    """One frame for `FrameReader`."""
+    return " ".join(map(str, (*fields, len(payload)))).encode() + b"\n" + payload
+
+
+def send_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write `data` to a non-blocking stream descriptor before `deadline`."""
+    view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view):]

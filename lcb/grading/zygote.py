@@ -1,7 +1,8 @@
 """The zygote: the clean process every program host is forked from, one per grading slot.
 
 Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu)'`, in the slot's pids, memory
-and cpu cgroups, pinned to the slot's CPU, under bubblewrap for `sandbox="bwrap"`), it imports
+and cpu cgroups, under bubblewrap for `sandbox="bwrap"`; its hosts pin themselves to the slot's
+CPU once loaded, so spares are prepared on any core), it imports
 what programs and hosts need (the prelude's modules, lcb's grading code, templates of the
 program modules), decides how programs are confined (`Identity`), and then only ever forks
 hosts. It never receives a test or
@@ -114,7 +115,7 @@ def _hidden_proc(tmp: str) -> None:
         raise OSError("/proc could not be remounted with hidepid")
 
 
-def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
+def decide(uid: int | None, cpu: int | None = None) -> tuple[program_host.Identity, dict]:
     """The programs' confinement, and its description for the pool (see module docstring)."""
     roots = read_roots()
     info: dict[str, Any] = {"uid": uid, "landlock_abi": landlock.abi(), "view": []}
@@ -140,8 +141,9 @@ def decide(uid: int | None) -> tuple[program_host.Identity, dict]:
     info["seccomp"] = seccomp.available() and _probe(seccomp.install) is None
     memory = _memory_group()
     info["memory_cgroup"] = memory is not None
+    info["cpu"] = cpu
     return program_host.Identity(uid, info["private_tmp"], info["landlock_abi"] > 0, roots,
-                                 memory, info["seccomp"]), info
+                                 memory, info["seccomp"], cpu), info
 
 
 def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoReturn:
@@ -149,15 +151,13 @@ def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoRetu
     privilege.make_undumpable()
     die_with_parent()
     become_subreaper()
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pool decides when we stop
     sock = socket.socket(fileno=peer_fd)
     try:
         _warm_up()
         if uid is None:
             sweep_stale_workdirs()
-        identity, info = decide(uid)
+        identity, info = decide(uid, cpu)
     except Exception as exc:  # noqa: BLE001 - told to the judge, then to the pool
         wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         os._exit(1)
