@@ -5,9 +5,9 @@ Stdlib only (zygotes import it before forking). See `lcb.grading.sandbox` for th
 - `Limits`: the resource limits a program runs under, read from the environment by the caller.
 - `become_subreaper()` + `kill_descendants()`: orphans of a program reparent to us, so walking
   our children finds every live descendant, even one that called `setsid()`.
-- `prepare_sandbox(workdir)` (cwd, scrubbed environment, default signals) and
-  `apply_shared_limits` / `apply_own_limits` (= `apply_limits`; `own_rlimits` precomputes the
-  latter for forked programs): set once in a program host or per program process;
+- `prepare_sandbox(workdir)` (cwd, scrubbed environment, default signals),
+  `apply_shared_limits` (set once in a program host) and `own_rlimits` (precomputed there, set
+  in each forked program process);
   `enter_child(...)`: what a program process does to itself right after fork.
 - `kill_until_gone(alive)`: the SIGKILL-and-reap loop behind every sweep.
 - Cgroups live in `lcb.grading.cgroups`, uids and capabilities in `lcb.grading.privilege`.
@@ -189,18 +189,6 @@ def own_rlimits(limits: Limits, *, cpu_s: float) -> tuple[tuple[int, tuple[int, 
     second later) and file size. Computed in the parent, so a forked program only sets them."""
     return (_capped(resource.RLIMIT_CPU, max(1, int(cpu_s + 0.999)), hard_extra=1),
             _capped(resource.RLIMIT_FSIZE, limits.output_bytes))
-
-
-def apply_own_limits(limits: Limits, *, cpu_s: float) -> None:
-    """Set the per-program rlimits (`own_rlimits`) on this process."""
-    for which, pair in own_rlimits(limits, cpu_s=cpu_s):
-        resource.setrlimit(which, pair)
-
-
-def apply_limits(limits: Limits, *, cpu_s: float) -> None:
-    """Set all of this process's rlimits (inherited by anything it starts)."""
-    apply_shared_limits(limits)
-    apply_own_limits(limits, cpu_s=cpu_s)
 
 
 def prepare_sandbox(workdir: str) -> None:

@@ -90,10 +90,6 @@ class Host:
             raise HostLost(f"the program's host is gone ({exc})") from None
         return message
 
-    def request(self, message: dict, fds: list[int], *, deadline: float) -> dict:
-        self.send(message, fds)
-        return self.request_reply(deadline=deadline)
-
     def request_reply(self, *, deadline: float) -> dict:
         """The next report, checked (the request was sent earlier)."""
         return self._checked(self.reply(deadline=deadline))

@@ -24,7 +24,6 @@ import functools
 import os
 
 _PR_SET_DUMPABLE = 4
-_PR_GET_DUMPABLE = 3
 _PR_SET_NO_NEW_PRIVS = 38
 _CAP_SETGID, _CAP_SETUID = 6, 7
 
@@ -54,10 +53,6 @@ def set_dumpable(flag: bool) -> None:
         _prctl(_PR_SET_DUMPABLE, int(flag))
     except (OSError, AttributeError):
         pass
-
-
-def is_dumpable() -> bool:
-    return _prctl(_PR_GET_DUMPABLE) == 1
 
 
 def no_new_privs() -> None:
