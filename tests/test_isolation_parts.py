@@ -298,3 +298,35 @@ def test_the_view_finds_the_topmost_directory_others_cannot_enter():
         assert blocked_ancestor("/usr/lib") is None
     finally:
         shutil.rmtree(base)
+
+
+def _import_from_under_tmp(directory):
+    import lcb.grading.launch as launch
+    from helpers_grading import stdin_problem
+
+    from lcb.grading import GradingPool
+
+    launch.site_paths = lambda: [str(directory)]  # as a venv installed under /tmp would be
+    with GradingPool(1) as pool:
+        program = "import lcbkeepprobe\nprint(lcbkeepprobe.VALUE)\n"
+        return pool.grade_sync(stdin_problem(("", "kept\n")), program).em
+
+
+@ROOT_ONLY
+def test_an_interpreter_under_tmp_stays_importable_beneath_a_programs_private_tmp():
+    # CI may clone the project (and its venv) under /tmp, which each program's private tmpfs
+    # covers: the interpreter's directories there are bound back, read-only.
+    import shutil
+    import tempfile
+
+    from cgroup_guard import pids_guard
+
+    directory = Path(tempfile.mkdtemp(prefix="lcb-keep-", dir="/tmp"))
+    directory.chmod(0o755)
+    (directory / "lcbkeepprobe.py").write_text("VALUE = 'kept'\n")
+    (directory / "lcbkeepprobe.py").chmod(0o644)
+    try:
+        with pids_guard(max_pids=200) as guard:
+            assert guard.call(_import_from_under_tmp, directory, timeout_s=60) == 1
+    finally:
+        shutil.rmtree(directory)

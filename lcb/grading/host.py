@@ -120,7 +120,8 @@ def _prepare(identity: Identity) -> tuple[str, int | None]:
     become_subreaper()
     if identity.private_tmp:
         limits = Limits()
-        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes)
+        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes,
+                           keep=identity.read_roots)
     workdir = make_workdir()
     if identity.uid is not None:
         os.chown(workdir, identity.uid, identity.uid)

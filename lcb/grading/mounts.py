@@ -86,32 +86,51 @@ def readable_view(paths: Iterable[str], uid: int) -> list[str]:
                           "could not use it; make it world-readable (chmod o+rx)")
         covers.setdefault(top, []).append(path)
     for top, inside in covers.items():  # a directory below another one is bound with it
-        covers[top] = [p for p in inside
-                       if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in inside)]
+        covers[top] = _outermost(inside)
     _new_namespace(_CLONE_NEWNS)
     bound: list[str] = []
     for top, inside in covers.items():
         held = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in inside}
-        try:
-            _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
-            for path, fd in held.items():
-                os.makedirs(path, 0o755, exist_ok=True)
-                _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-                _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
-                bound.append(path)
-        finally:
-            for fd in held.values():
-                os.close(fd)
+        _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        bound += _bind_back(held)
     return bound
 
 
-def private_tmp(tmp_root: str, *, tmp_bytes: int, shm_bytes: int) -> bool:
+def _bind_back(held: dict[str, int]) -> list[str]:
+    """Bind each directory (held open from before it was covered) back, read-only, where it
+    was; closes the descriptors."""
+    try:
+        for path, fd in held.items():
+            os.makedirs(path, 0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+            _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+    return list(held)
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """The paths that are not inside another one of them."""
+    paths = [os.path.abspath(p) for p in paths]
+    return [p for p in paths
+            if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in paths)]
+
+
+def private_tmp(tmp_root: str, *, tmp_bytes: int, shm_bytes: int,
+                keep: Iterable[str] = ()) -> bool:
     """Enter new mount and IPC namespaces with fresh, capped tmpfs on `tmp_root`, /dev/shm,
-    and a `/proc` that hides other uids' processes; False when /proc could not be remounted
-    (the rest holds)."""
+    and a `/proc` that hides other uids' processes; the `keep` directories that lie under
+    `tmp_root` (a venv or interpreter installed there) are bound back read-only. False when
+    /proc could not be remounted (the rest holds)."""
+    root = os.path.abspath(tmp_root).rstrip("/") + "/"
+    kept = [p for p in _outermost(keep) if p.startswith(root) and os.path.isdir(p)]
     _new_namespace(_CLONE_NEWNS | _CLONE_NEWIPC)
+    # Held open in the new namespace (a bind's source must be in it), before /tmp is covered.
+    held = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in kept}
     _mount("tmpfs", tmp_root, "tmpfs", _MS_NOSUID | _MS_NODEV,
            f"mode=1777,size={tmp_bytes},nr_inodes=65536")
+    _bind_back(held)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
                f"mode=1777,size={shm_bytes},nr_inodes=4096")

@@ -204,7 +204,8 @@ def serve_one(uid: int | None = None) -> None:
     become_subreaper()
     identity, _ = zygote.decide(uid)
     if identity.private_tmp:
-        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes)
+        mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes,
+                           keep=identity.read_roots)
     workdir = make_workdir("lcb-exec-")
     if uid is not None:
         os.chown(workdir, uid, uid)
