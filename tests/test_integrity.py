@@ -415,6 +415,7 @@ for _ in range(40):
 print("held")
 """
 SHM_FILE = """\
+open("/tmp/lcb-left-behind", "w").write("answers")
 block = b"x" * (16 << 20)
 with open("/dev/shm/hoard", "wb") as out:
     for _ in range(40):
@@ -430,9 +431,8 @@ print("made" if segment >= 0 else "refused")
 LEFT_BEHIND = """\
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-here = os.path.basename(os.getcwd())
-left = sorted(os.listdir("/dev/shm")) + [n for n in os.listdir("/tmp") if n != here]
-print(left, libc.shmget(0x1cb, 0, 0) >= 0)
+print(sorted(os.listdir("/dev/shm")) + [p for p in ["/tmp/lcb-left-behind"] if
+      os.path.exists(p)], libc.shmget(0x1cb, 0, 0) >= 0)
 """
 
 
