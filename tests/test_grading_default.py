@@ -347,3 +347,10 @@ def test_a_value_that_is_not_data_fails_with_a_clear_verdict(pool, returned, nam
     grade = pool.grade_sync(ADD_FUNCTIONAL, program)
     assert verdicts(grade) == ["wrong_answer"]
     assert "not plain data" in grade.feedback.error and named in grade.feedback.error
+
+
+def test_a_non_ascii_stderr_on_every_test_is_reported_in_full(pool):
+    tests = [(f"{i} {i}\n", f"{2 * i}\n") for i in range(40)]
+    program = SUM_OK + "import sys\nsys.stderr.write('\\U0001F600' * 5000)\n"
+    grade = pool.grade_sync(stdin_problem(*tests), program)
+    assert grade.em == 1 and grade.passed == 40

@@ -301,9 +301,9 @@ def test_the_view_finds_the_topmost_directory_others_cannot_enter():
 
 
 def _import_from_under_tmp(directory):
-    import lcb.grading.launch as launch
     from helpers_grading import stdin_problem
 
+    import lcb.grading.launch as launch
     from lcb.grading import GradingPool
 
     launch.site_paths = lambda: [str(directory)]  # as a venv installed under /tmp would be
