@@ -205,10 +205,9 @@ def prepare_sandbox(workdir: str) -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def enter_child(*, fds: tuple[int, int, int], keep: tuple[int, ...] = (),
-                workdir: str | None = None) -> None:
-    """In a freshly forked program process: own session, std fds, nothing else inherited;
-    with `workdir`, also `prepare_sandbox(workdir)` (when the parent did not)."""
+def enter_child(*, fds: tuple[int, int, int], keep: tuple[int, ...] = ()) -> None:
+    """In a freshly forked program process: own session, std fds, nothing else inherited
+    but `keep`."""
     os.setsid()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -217,5 +216,3 @@ def enter_child(*, fds: tuple[int, int, int], keep: tuple[int, ...] = (),
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 16)
-    if workdir is not None:
-        prepare_sandbox(workdir)
