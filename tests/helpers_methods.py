@@ -8,6 +8,10 @@
   current text of the role under revision plus the keyword, between the reflection markers.
 - Every rollout, reflection and recorded candidate is logged, with the thread it ran on, so
   tests can check the budget, the seeds' iterations and the sync/async bridge.
+- As the job's context does, a rollout of a (bundle, row, iteration, mask) already run is a
+  replay: the first result again (`replay=True`), uncharged, counted in `replays`; one that
+  infrastructure lost on every try comes back None again. `judge`,
+  `probe`, `record_proposal`, `checkpoint` and `restore` (hands back `restored`) are recorded.
 - `ReflectingModel` is a script for the scripted HTTP server (end-to-end jobs): reflection
   requests (ours or DSPy's) get a proposal holding `fix`; team requests go to a
   `tests.helpers_optimize.TeamModel` (system prompts reduced to whether they hold `FIX`:
@@ -25,7 +29,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -43,9 +47,9 @@ from lcb.optimize.artifacts import (
 from lcb.optimize.budget import BudgetExhausted, BudgetLedger, InfraFailure
 from lcb.optimize.bundle import bundle_hash, validate_bundle
 from lcb.optimize.job import run_job
+from lcb.optimize.journal import ROLLOUT_LOG
 from lcb.optimize.method import Rollout
 from lcb.optimize.methods.reflection import BEGIN_MARK, END_MARK
-from lcb.optimize.rollout import ROLLOUT_LOG
 from lcb.optimize.splits import Splits
 from lcb.optimize.teamrun import TeamCell
 from lcb.teams import TeamResult
@@ -114,10 +118,15 @@ class FakeContext:
     communication: str = "freeform"
     optimizer_seed: int = 0
     delay_s: float = 0.0  # how long each rollout takes
+    restored: dict | None = None  # what `restore()` hands back (a resumed job's checkpoint)
     ledger: BudgetLedger = field(init=False)
     calls: list[dict] = field(default_factory=list)
     reflections: list[dict] = field(default_factory=list)
     candidates: list[dict] = field(default_factory=list)
+    proposals: list[dict] = field(default_factory=list)
+    checkpoints: list[dict] = field(default_factory=list)
+    replays: int = 0
+    _journal: dict[tuple, Rollout | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.seed_bundle = MappingProxyType(dict(self.seed_bundle))
@@ -135,6 +144,15 @@ class FakeContext:
         frozen = dict(bundle)
         validate_bundle(frozen, seed=self.seed_bundle)  # only valid bundles ever run
 
+        key = (bundle_hash(frozen), problem.id, iteration,
+               None if active is None else tuple(sorted(active)))
+        if key in self._journal:  # the same requests again: a replay, uncharged (as the job's)
+            journaled = self._journal[key]
+            if journaled is None:  # abandoned to infrastructure the first time: None again
+                return None
+            self.replays += 1
+            return replace(journaled, replay=True)
+
         async def attempt() -> Rollout:
             await asyncio.sleep(self.delay_s)
             if problem.id in self.infra_fail:
@@ -147,21 +165,72 @@ class FakeContext:
                            team=team_result(frozen, problem, solved=solved), seed=iteration)
 
         try:
-            return await self.ledger.arun_rollout(attempt)
+            result = await self.ledger.arun_rollout(attempt)
         except BudgetExhausted:
             return None
+        self._journal.setdefault(key, result)  # None: abandoned, journaled as the job does
+        return result
 
     async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,
                        iteration: int) -> list[Rollout | None]:
         return list(await asyncio.gather(*(self.rollout(bundle, p, iteration=iteration)
                                            for p in problems)))
 
-    async def reflect(self, prompt: str, *, purpose: str) -> str:
+    async def reflect(self, prompt: str, *, purpose: str, temperature: float | None = None,
+                      max_tokens: int | None = None) -> str:
+        return self._answer("reflect", prompt, purpose, temperature=temperature,
+                            max_tokens=max_tokens)
+
+    async def judge(self, prompt: str, *, purpose: str, temperature: float = 0.0,
+                    max_tokens: int | None = None) -> str:
+        return self._answer("judge", prompt, purpose, temperature=temperature,
+                            max_tokens=max_tokens)
+
+    async def probe(self, role: str, system_prompt: str, messages: Sequence[Mapping[str, str]],
+                    *, purpose: str, temperature: float | None = None,
+                    max_tokens: int | None = None) -> str:
+        text = "\n\n".join([system_prompt, *(m["content"] for m in messages)])
+        return self._answer("probe", text, purpose, temperature=temperature,
+                            max_tokens=max_tokens, role=role)
+
+    def _answer(self, kind: str, prompt: str, purpose: str, **extra: object) -> str:
         reply = self.script(prompt, purpose)
-        self.reflections.append({"prompt": prompt, "purpose": purpose, "reply": reply,
-                                 "thread": threading.get_ident()})
-        self.ledger.record_uncharged(purpose.split(":")[0] or "reflection")
+        self.reflections.append({"kind": kind, "prompt": prompt, "purpose": purpose,
+                                 "reply": reply, "thread": threading.get_ident(), **extra})
+        self.ledger.record_uncharged(kind)
         return reply
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        from lcb.optimize.embed import HashingEmbedder
+
+        return HashingEmbedder().embed(list(texts))
+
+    @property
+    def graph(self) -> Any:
+        from lcb.optimize.graph import team_graph
+
+        return team_graph(TeamCell(self.topology, None if self.topology == "single"
+                                   else max(self.team_size, 2)))
+
+    def record_proposal(self, bundle: Mapping[str, str], *, parent: str | None,
+                        roles: Sequence[str], accepted: bool,
+                        scores: Mapping[str, float] | None = None, scored_on: str | None = None,
+                        rejected_by: str | None = None, reason: str = "",
+                        iteration: int | None = None) -> None:
+        self.proposals.append({"bundle": dict(bundle), "parent": parent, "roles": list(roles),
+                               "accepted": accepted, "scores": dict(scores or {}),
+                               "scored_on": scored_on, "rejected_by": rejected_by,
+                               "reason": reason, "iteration": iteration,
+                               "charged": self.ledger.charged})
+
+    def checkpoint(self, state: Mapping[str, object]) -> None:
+        self.checkpoints.append({"state": json.loads(json.dumps(state)),
+                                 "ledger": self.ledger.state()})
+
+    def restore(self, *, fast_forward: bool = False) -> dict | None:
+        if fast_forward and self.restored is not None:
+            raise NotImplementedError("FakeContext does not fast-forward: test it on JobContext")
+        return self.restored
 
     def record_candidate(self, bundle: Mapping[str, str], *, scores: Mapping[str, float],
                          note: str = "", iteration: int | None = None,
@@ -318,7 +387,9 @@ def check_three_phases(job: MethodJob) -> None:
 
     # optimize: the budget, line by line
     ledger = json.loads((out / "ledger.json").read_text())
-    logged = [json.loads(line) for line in (out / ROLLOUT_LOG).read_text().splitlines()]
+    log_file = out / ROLLOUT_LOG  # absent when nothing was charged
+    logged = [json.loads(line) for line in log_file.read_text().splitlines()] \
+        if log_file.exists() else []
     assert ledger["total"] == budget
     assert len(logged) == ledger["charged"] == summary["charged"] <= budget
     assert all(0 < line["charged"] <= budget for line in logged)

@@ -18,9 +18,10 @@ from lcb.data.problems import Problem
 from lcb.data.samples import reference_solution
 from lcb.grading import GradingPool
 from lcb.optimize.budget import BudgetLedger
+from lcb.optimize.calls import CallJournal, ModelCalls, reflection_config
+from lcb.optimize.context import JobContext
 from lcb.optimize.job import JobConfig
 from lcb.optimize.method import OptimizeContext, Rollout
-from lcb.optimize.rollout import JobContext, Reflector, reflection_config
 from lcb.optimize.splits import Splits, load_optimizer_data, splits_from_loaded
 from lcb.optimize.teamrun import TeamCell, TeamRunner
 from lcb.teams import TeamRuntime
@@ -135,12 +136,13 @@ async def job_context(base_url: str, job_dir: Path, *, topology: str = "single",
     try:
         with GradingPool(2) as pool:
             runner = TeamRunner(cell, runtime, pool, concurrency=concurrency, run_timeout_s=60)
-            reflector = Reflector(reflection_config(runtime.config, environ={}), ledger=ledger,
-                                  optimizer_seed=optimizer_seed)
+            calls = ModelCalls(reflection=reflection_config(runtime.config, environ={}),
+                               task=runtime.config, ledger=ledger,
+                               optimizer_seed=optimizer_seed, journal=CallJournal(job_dir))
             data = load_optimizer_data(sample_splits(), data="sample")
             yield JobContext(cell=cell, seed_bundle=seed_bundle(topology, cell.roles),
                              data=data, ledger=ledger, optimizer_seed=optimizer_seed,
-                             runner=runner, reflector=reflector, job_dir=job_dir)
-            await reflector.aclose()
+                             runner=runner, calls=calls, job_dir=job_dir)
+            await calls.aclose()
     finally:
         await runtime.aclose()

@@ -70,6 +70,7 @@ class Reply:
         usage: False omits the `usage` field altogether.
         latency_s: seconds to wait before answering (added to the server's default latency).
         status: HTTP status; anything but 200 sends an OpenAI-style error body.
+        message: the error body's `message` (None: "scripted HTTP <status>").
         retry_after: value of a `Retry-After` header (for 429s), if any.
         raw_body: sent verbatim instead of a generated body (malformed responses).
         finish_reason: None -> "tool_calls" when there are tool calls, else "stop".
@@ -85,11 +86,13 @@ class Reply:
     retry_after: float | None = None
     raw_body: str | None = None
     finish_reason: str | None = None
+    message: str | None = None
 
     @classmethod
-    def error(cls, status: int = 500, *, retry_after: float | None = None) -> Reply:
-        """An HTTP error reply (5xx, 429, ...)."""
-        return cls(content=None, status=status, retry_after=retry_after)
+    def error(cls, status: int = 500, *, retry_after: float | None = None,
+              message: str | None = None) -> Reply:
+        """An HTTP error reply (5xx, 429, a 400 with the server's `message`, ...)."""
+        return cls(content=None, status=status, retry_after=retry_after, message=message)
 
     @classmethod
     def stall(cls, seconds: float = STALL_S) -> Reply:
@@ -338,7 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
             return 500, json.dumps(_error_body(500, "the script raised")), {}
         headers = {} if reply.retry_after is None else {"Retry-After": str(reply.retry_after)}
         if reply.status != 200:
-            text = f"scripted HTTP {reply.status}"
+            text = reply.message or f"scripted HTTP {reply.status}"
             return reply.status, json.dumps(_error_body(reply.status, text)), headers
         if reply.raw_body is not None:
             return 200, reply.raw_body, headers

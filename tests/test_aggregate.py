@@ -13,14 +13,12 @@ from lcb.optimize.artifacts import (
     Artifact,
     ArtifactError,
     HistoryEntry,
-    InterruptedOptimization,
     ItemOutcome,
     JobResult,
     JobSpec,
     SelectionDecision,
     append_history,
     eval_path,
-    open_job_dir,
     paired_outcomes,
     read_evaluations,
     read_history,
@@ -29,6 +27,9 @@ from lcb.optimize.artifacts import (
     seal_selection,
     write_model,
 )
+from lcb.optimize.conformance import Requirement
+from lcb.optimize.jobcost import kind_of
+from lcb.optimize.jobdir import open_job_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = {"dataset": "lcb", "topology": "sequential", "model": "qwen"}
@@ -38,7 +39,10 @@ def write_job(root: Path, name: str, *, method: str, seed: int, baseline: list[i
               deployed: list[int], **spec_overrides) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    spec = JobSpec(method=method, seed=seed, **{**CELL, **spec_overrides})
+    budget = spec_overrides.get("budget", 600)
+    checked = [Requirement(name="budget", met=budget == 600, seen=budget, expected=600)]
+    spec = JobSpec(method=method, seed=seed, **{"conformance": checked, **CELL,
+                                                **spec_overrides})
     write_model(folder / Artifact.JOB, spec)
     items = [ItemOutcome(id=f"q{i}", baseline=b, deployed=d)
              for i, (b, d) in enumerate(zip(baseline, deployed, strict=True))]
@@ -154,19 +158,190 @@ def test_duplicate_seed_and_malformed_result_are_refused(grid, tmp_path, capsys)
     assert "result.json is not a valid JobResult" in err and "deployed=0.9 disagrees" in err
 
 
+# --- settings fingerprint: unlike jobs are never pooled -----------------------------------
+def patch_json(path: Path, *, drop: tuple[str, ...] = (), **updates) -> None:
+    data = json.loads(path.read_text())
+    for key in drop:
+        del data[key]
+    path.write_text(json.dumps({**data, **updates}))
+
+
+def two_seeds(root: Path, first: dict, second: dict, **spec) -> tuple[Path, Path]:
+    """gepa seeds 0 and 1 of one cell; `first` / `second` are written into their job.json."""
+    a = write_job(root, "a/0", method="gepa", seed=0, baseline=[0, 1], deployed=[1, 1], **spec)
+    b = write_job(root, "a/1", method="gepa", seed=1, baseline=[0, 0], deployed=[1, 0], **spec)
+    patch_json(a / Artifact.JOB, **first)
+    patch_json(b / Artifact.JOB, **second)
+    return a, b
+
+
+def test_budget_30_and_budget_12_of_one_cell_are_refused_naming_budget(tmp_path):
+    root = tmp_path / "runs"
+    write_job(root, "a/0", method="gepa", seed=0, baseline=[0, 1], deployed=[1, 1], budget=30)
+    write_job(root, "a/1", method="gepa", seed=1, baseline=[0, 0], deployed=[1, 0], budget=12)
+    with pytest.raises(AggregateError) as caught:
+        aggregate(root, resamples=10)
+    message = str(caught.value)
+    assert message.startswith("gepa on lcb/sequential/qwen mixes seeds with different settings (")
+    assert f"budget: 30 in {root / 'a/0'}, 12 in {root / 'a/1'}" in message
+    assert "--split-mixed" in message and "seed:" not in message
+
+
+def test_cli_exits_2_on_a_mixed_cell_and_splits_it_on_request(tmp_path):
+    root = tmp_path / "runs"
+    write_job(root, "a/0", method="gepa", seed=0, baseline=[0, 1], deployed=[1, 1], budget=30)
+    write_job(root, "a/1", method="gepa", seed=1, baseline=[0, 0], deployed=[1, 0], budget=12)
+    command = [sys.executable, "-m", "optimizers.protocol.aggregate", str(root), "--resamples",
+               "10"]
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "error: gepa on lcb/sequential/qwen mixes" in refused.stderr
+    assert f"budget: 30 in {root / 'a/0'}, 12 in {root / 'a/1'}" in refused.stderr
+    split = subprocess.run(command + ["--split-mixed"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=120)
+    assert split.returncode == 0, split.stderr
+    assert "] budget=12" in split.stdout and "] budget=30" in split.stdout
+
+
+def test_differing_method_settings_are_refused_naming_the_key(tmp_path):
+    root = tmp_path / "runs"
+    a, b = two_seeds(root, {"method_settings": {"minibatch": 3, "merge": True}},
+                     {"method_settings": {"minibatch": 5, "merge": True}})
+    with pytest.raises(AggregateError) as caught:
+        aggregate(root, resamples=10)
+    message = str(caught.value)
+    assert f"(method_settings.minibatch: 3 in {a}, 5 in {b}); aggregate them apart" in message
+    assert "merge" not in message
+
+
+def test_a_setting_one_job_lacks_is_named_absent(tmp_path):
+    root = tmp_path / "runs"
+    a, b = two_seeds(root, {"opt_tests": 3}, {})
+    patch_json(b / Artifact.JOB, drop=("opt_tests",))  # a job.json written before the field
+    with pytest.raises(AggregateError, match=r"opt_tests: 3 in .*a/0, null in .*a/1\)"):
+        aggregate(root, resamples=10)
+
+
+def test_split_mixed_reports_each_fingerprint_as_its_own_group(tmp_path):
+    root = tmp_path / "runs"
+    two_seeds(root, {"method_settings": {"minibatch": 3}}, {"method_settings": {"minibatch": 5}})
+    summary = aggregate(root, resamples=10, split_mixed=True)
+    assert summary["settings"]["split_mixed"] is True
+    groups = summary["groups"]
+    assert len(groups) == 2 and [g["n_seeds"] for g in groups] == [1, 1]
+    assert sorted((g["differs"]["method_settings.minibatch"], g["seeds"][0]["seed"])
+                  for g in groups) == [(3, 0), (5, 1)]
+    fingerprints = [g["fingerprint"] for g in groups]
+    assert len(set(fingerprints)) == 2 and all(len(f) == 8 for f in fingerprints)
+    table = markdown_table(summary)
+    for g in groups:
+        value = g["differs"]["method_settings.minibatch"]
+        assert f"| gepa [{g['fingerprint']}] | lcb |" in table
+        assert f"\n[{g['fingerprint']}] method_settings.minibatch={value}" in table
+
+
+def test_identical_settings_pool_and_provenance_does_not_split(tmp_path):
+    root = tmp_path / "runs"
+    first = {"method_settings": {"minibatch": 3}, "deviations": ["x"],
+             "provenance": {"lcb_commit": "1111111", "dirty": False, "time": "2025-01-01"},
+             "conformance": [{"name": "budget", "met": True, "seen": 600, "expected": 600}]}
+    second = {"method_settings": {"minibatch": 3}, "deviations": [],
+              "provenance": {"lcb_commit": "2222222", "dirty": True, "time": "2025-02-02"}}
+    a, _ = two_seeds(root, first, second)
+    patch_json(a / Artifact.JOB, drop=("release",))  # an older job.json: JobSpec's default
+    (gepa,) = aggregate(root, resamples=10)["groups"]
+    assert gepa["n_seeds"] == 2 and gepa["differs"] == {}
+    assert [row["seed"] for row in gepa["seeds"]] == [0, 1]
+    assert gepa["settings"]["method_settings"] == {"minibatch": 3}
+    assert "provenance" not in gepa["settings"] and "seed" not in gepa["settings"]
+
+
+def test_conformant_and_non_conformant_seeds_are_never_pooled(tmp_path):
+    root = tmp_path / "runs"
+    a, b = two_seeds(root, {"conformant": True}, {"conformant": False})
+    with pytest.raises(AggregateError) as caught:
+        aggregate(root, resamples=10)
+    assert f"(conformant: true in {a}, false in {b})" in str(caught.value)
+    groups = aggregate(root, resamples=10, split_mixed=True)["groups"]
+    assert sorted(g["conformant"] for g in groups) == [False, True]
+    assert len({g["fingerprint"] for g in groups}) == 1  # the settings alone agree
+
+
+# --- cost columns --------------------------------------------------------------------------
+RESULT_COST = {"budget": 30, "charged": 29, "proposals": 4, "accepted": 1,
+               "uncharged": {"reflect": {"calls": 4, "prompt_tokens": 1000,
+                                         "completion_tokens": 200},
+                             "judge": {"calls": 2, "prompt_tokens": 300,
+                                       "completion_tokens": 10}}}
+LEDGER = {"total": 30, "charged": 27, "retries": 2, "infra_failures": 1, "abandoned": 0,
+          "uncharged": {"gepa:reflect:coder": {"calls": 3, "prompt_tokens": 900,
+                                               "completion_tokens": 100},
+                        "gepa:reflect:solver": {"calls": 1, "prompt_tokens": 100,
+                                                "completion_tokens": 50},
+                        "mapro:judge:coder": {"calls": 1, "prompt_tokens": 40,
+                                              "completion_tokens": 2},
+                        "probe": {"calls": 2, "prompt_tokens": 20, "completion_tokens": 30}}}
+HISTORY = [{"kind": "candidate", "iteration": 0}, {"kind": "proposal", "accepted": False},
+           {"kind": "proposal", "accepted": True}, {"kind": "proposal", "accepted": False},
+           {"kind": "final", "iteration": 3}]
+
+
+def test_cost_comes_from_result_json_else_ledger_and_history(tmp_path):
+    root = tmp_path / "runs"
+    a, b = two_seeds(root, {}, {}, budget=30)
+    patch_json(a / Artifact.RESULT, cost=RESULT_COST)
+    (b / "ledger.json").write_text(json.dumps(LEDGER))
+    lines = "".join(json.dumps(entry) + "\n" for entry in HISTORY)
+    (b / Artifact.HISTORY).write_text(lines + '{"kind": "propo')  # a cut-off last line
+    (gepa,) = aggregate(root, resamples=10)["groups"]
+    zero = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    first, second = (row["cost"] for row in gepa["seeds"])
+    assert first == {"budget": 30, "charged": 29, "proposals": 4, "accepted": 1,
+                     "uncharged": {**RESULT_COST["uncharged"], "probe": zero},
+                     "source": "result.json"}
+    assert second == {"budget": 30, "charged": 27, "proposals": 3, "accepted": 1,
+                      "uncharged": {"reflect": {"calls": 4, "prompt_tokens": 1000,
+                                                "completion_tokens": 150},
+                                    "judge": {"calls": 1, "prompt_tokens": 40,
+                                              "completion_tokens": 2},
+                                    "probe": {"calls": 2, "prompt_tokens": 20,
+                                              "completion_tokens": 30}},
+                      "source": "ledger.json"}
+    # tokens per seed: reflect 1200 and 1150, judge 310 and 42, probe 0 and 50
+    assert gepa["cost"] == {"budget": 30, "charged_mean": 28.0, "proposals_mean": 3.5,
+                            "accepted_mean": 1.0,
+                            "tokens_mean": {"reflect": 1175.0, "judge": 176.0, "probe": 25.0}}
+    row = markdown_table(aggregate(root, resamples=10)).splitlines()[2]
+    assert row.endswith("| 28 / 30 | 3.5 (1) | 1175 / 176 / 25 |")
+
+
+def test_a_job_without_ledger_or_cost_shows_unknown_spend(grid):
+    gepa = group(aggregate(grid, resamples=10), "gepa")
+    assert gepa["seeds"][0]["cost"] == {"budget": 600, "charged": None, "proposals": 0,
+                                        "accepted": 0, "uncharged": None, "source": None}
+    assert gepa["cost"] == {"budget": 600, "charged_mean": None, "proposals_mean": 0.0,
+                            "accepted_mean": 0.0,
+                            "tokens_mean": {"reflect": None, "judge": None, "probe": None}}
+    table = markdown_table(aggregate(grid, resamples=10))
+    assert "| — / 600 | 0 (0) | — / — / — |" in table
+
+
+def test_a_malformed_cost_is_refused_naming_the_file(tmp_path, capsys):
+    root = tmp_path / "runs"
+    a = write_job(root, "a/0", method="gepa", seed=0, baseline=[1], deployed=[1])
+    patch_json(a / Artifact.RESULT, cost={"charged": "many"})
+    assert main([str(root)]) == 2
+    assert f"{a / Artifact.RESULT}: cost.charged must be an integer >= 0, got 'many'" in (
+        capsys.readouterr().err)
+
+
+def test_kind_of_maps_old_purposes_to_kinds():
+    assert [kind_of(key) for key in ("reflect", "judge", "probe", "gepa:reflect:coder",
+                                     "reflection", "mapro:judge:coder", "maspo:probe:x")] == [
+        "reflect", "judge", "probe", "reflect", "reflect", "judge", "probe"]
+
+
 # --- artifacts -----------------------------------------------------------------------------
-def test_job_spec_conformance():
-    standard = JobSpec(method="gepa", seed=0, **CELL)
-    assert standard.conformant and standard.deviations == []
-    assert JobSpec(method="gepa", seed=0, reflection_model="qwen", **CELL).conformant
-    odd = JobSpec(method="gepa", seed=0, budget=60, reflection_model="big-model", **CELL)
-    assert not odd.conformant
-    assert odd.deviations == ["budget=60 (standard: 600)",
-                              "reflection_model='big-model' (standard: None)"]
-    dumped = odd.model_dump(mode="json")
-    assert dumped["conformant"] is False and JobSpec.model_validate(dumped) == odd
-
-
 def test_result_from_items_and_consistency():
     items = [ItemOutcome(id="a", baseline=1, deployed=1), ItemOutcome(id="b", baseline=0,
                                                                       deployed=1)]
@@ -217,12 +392,11 @@ def test_job_dir_guard(tmp_path):
         open_job_dir(stray, spec)
 
 
-def test_interrupted_optimization_refuses_to_restart_silently(tmp_path):
+def test_an_interrupted_optimization_is_resumed_unless_restarted(tmp_path):
     spec = JobSpec(method="gepa", seed=0, **CELL)
     out = open_job_dir(tmp_path / "job", spec)
     append_history(out, HistoryEntry(iteration=3, bundle={"s": "x"}, charged=40))
-    with pytest.raises(InterruptedOptimization, match="iteration 3, 40 rollouts charged"):
-        open_job_dir(out, spec)
+    assert open_job_dir(out, spec) == out and len(read_history(out)) == 1  # kept: resumed
     open_job_dir(out, spec, restart_optimization=True)
     assert read_history(out) == []
     assert len(list(out.glob("history.interrupted.*.jsonl"))) == 1

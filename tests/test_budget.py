@@ -3,6 +3,7 @@
 import asyncio
 import json
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,6 +12,8 @@ from lcb.optimize.budget import (
     BudgetExhausted,
     BudgetLedger,
     InfraFailure,
+    Misconfigured,
+    Refused,
     infra_reason,
 )
 
@@ -183,3 +186,161 @@ def test_infra_reason_classifies_team_outcomes():
     assert infra_reason(error="HTTP 500 after 3 retries", n_llm_calls=1) == (
         "HTTP 500 after 3 retries")
     assert infra_reason(error=None, n_llm_calls=4) is None  # a wrong answer is usable
+
+
+def refusal(row):
+    def attempt():
+        raise Refused("context length exceeded", result=f"failed {row}", row=row)
+
+    return attempt
+
+
+def test_a_refused_rollout_is_charged_once_the_endpoint_has_answered():
+    ledger = BudgetLedger(5)
+    assert ledger.run_rollout(lambda: "answered") == "answered"
+    assert ledger.run_rollout(refusal("r1")) == "failed r1"
+    assert (ledger.charged, ledger.refused, ledger.infra_failures) == (2, 1, 0)
+
+
+def test_ten_distinct_refused_rows_in_a_row_refund_them_all_and_stop_the_ledger():
+    ledger = BudgetLedger(30)
+    ledger.run_rollout(lambda: "answered")
+    for i in range(9):
+        ledger.run_rollout(refusal(f"r{i}"))
+    ledger.run_rollout(refusal("r0"))  # the same row again: charged, not a new row
+
+    def down():
+        raise InfraFailure("HTTP 503")
+
+    assert ledger.run_rollout(down) is None  # infrastructure neither extends nor breaks a streak
+    assert (ledger.charged, ledger.refused) == (11, 10)
+    with pytest.raises(Misconfigured, match="10 rows in a row") as caught:
+        ledger.run_rollout(refusal("r9"))
+    assert caught.value.rows == tuple(f"r{i}" for i in range(10))
+    assert len(caught.value.refunded) == 11
+    assert (ledger.charged, ledger.refused, ledger.available) == (1, 0, 29)
+    with pytest.raises(Misconfigured):
+        ledger.reserve(1)
+    with pytest.raises(Misconfigured):
+        ledger.run_rollout(lambda: "answered")
+    assert ledger.charged == 1
+
+
+def test_a_usable_rollout_between_refusals_breaks_the_streak():
+    ledger = BudgetLedger(30)
+    ledger.run_rollout(lambda: "answered")
+    for i in range(12):
+        ledger.run_rollout(refusal(f"r{i}") if i != 6 else (lambda: "answered"))
+    assert (ledger.charged, ledger.refused, ledger.watch.tripped) == (13, 11, None)
+
+
+def test_the_first_rollouts_all_refused_or_failed_is_a_misconfiguration():
+    ledger = BudgetLedger(5)
+    gate = asyncio.Event()
+
+    async def refused_first():
+        raise Refused("tools unsupported", result="r", row="a")
+
+    async def down_later():
+        await gate.wait()
+        raise InfraFailure("HTTP 503")
+
+    async def main():
+        later = asyncio.ensure_future(ledger.arun_rollout(down_later))
+        await asyncio.sleep(0)
+        assert await ledger.arun_rollout(refused_first) == "r"  # another one still runs
+        assert (ledger.charged, ledger.running) == (1, 1)
+        gate.set()
+        with pytest.raises(Misconfigured, match="first rollout"):
+            await later
+
+    asyncio.run(main())
+    assert (ledger.charged, ledger.refused, ledger.available) == (0, 0, 5)
+
+
+def test_a_rollout_in_flight_when_the_ledger_trips_is_refunded():
+    ledger = BudgetLedger(5)
+    gate = asyncio.Event()
+
+    async def slow_answer():
+        await gate.wait()
+        return "answered"
+
+    async def refused():
+        raise Refused("no", result="r", row="a")
+
+    async def main():
+        slow = asyncio.ensure_future(ledger.arun_rollout(slow_answer))
+        await asyncio.sleep(0)
+        ledger.watch.limit = 1  # the next refusal trips the streak rule
+        with pytest.raises(Misconfigured):
+            await ledger.arun_rollout(refused)
+        gate.set()
+        with pytest.raises(Misconfigured):
+            await slow
+
+    asyncio.run(main())
+    assert (ledger.charged, ledger.in_flight, ledger.available) == (0, 0, 5)
+
+
+def test_kept_team_runs_count_their_tokens_only_when_given_up():
+    ledger = BudgetLedger(3)
+    spent = {"prompt_tokens": 40, "completion_tokens": 4, "n_llm_calls": 2}
+
+    def grading_down():
+        raise InfraFailure("grading failed", usage=spent, kept=True)
+
+    assert ledger.run_rollout(grading_down) is None
+    assert ledger.failed_attempt_tokens == {"calls": 2, "prompt_tokens": 40,
+                                            "completion_tokens": 4}
+    tries = iter([InfraFailure("grading failed", usage=spent, kept=True), None])
+
+    def regraded():
+        failure = next(tries)
+        if failure:
+            raise failure
+        return "graded"
+
+    assert ledger.run_rollout(regraded) == "graded"
+    assert ledger.failed_attempt_tokens["prompt_tokens"] == 40  # the re-graded run is charged
+
+
+def test_the_new_counters_round_trip_through_the_state():
+    ledger = BudgetLedger(20)
+    ledger.run_rollout(lambda: "answered")
+    ledger.run_rollout(refusal("a"))
+
+    def down():
+        raise InfraFailure("HTTP 503", usage={"prompt_tokens": 9, "n_llm_calls": 1})
+
+    ledger.run_rollout(down)
+    state = json.loads(json.dumps(ledger.state()))
+    assert state["refused"] == 1
+    assert state["failed_attempt_tokens"] == {"calls": 3, "prompt_tokens": 27,
+                                              "completion_tokens": 0}
+    assert state["refusal_watch"]["rows"] == ["a"]
+    again = BudgetLedger.from_state(state)
+    assert again.state() == ledger.state() and again.watch.confirmed
+
+
+def test_a_replayed_rollout_is_charged_and_shown_to_the_watch():
+    ledger = BudgetLedger(12)
+    ledger.commit_replayed("a", refusal="too long")  # no first-calls rule for a replay
+    assert (ledger.charged, ledger.refused, ledger.watch.confirmed) == (1, 1, False)
+    ledger.commit_replayed("b")
+    assert ledger.watch.confirmed and ledger.watch.rows == {}
+    ledger.watch.limit = 2
+    ledger.commit_replayed("c", refusal="x")
+    with pytest.raises(Misconfigured, match="2 rows in a row"):
+        ledger.commit_replayed("d", refusal="x")
+    assert (ledger.charged, ledger.refused, ledger.in_flight) == (2, 1, 0)
+
+
+def test_an_abstaining_team_neither_confirms_the_endpoint_nor_breaks_a_streak():
+    abstention = SimpleNamespace(team=SimpleNamespace(n_llm_calls=0))
+    ledger = BudgetLedger(5)
+    assert ledger.run_rollout(lambda: abstention) is abstention
+    assert (ledger.charged, ledger.watch.confirmed) == (1, False)
+    with pytest.raises(Misconfigured, match="first rollout"):
+        ledger.run_rollout(refusal("a"))
+    assert ledger.charged == 1  # the abstention stays charged, the refusal is refunded

@@ -19,19 +19,6 @@ FROZEN = ("1873_A 1873_B 1873_D 1883_B 1883_C 1899_A 1899_B 1899_C 1899_D 2727 2
           "2850 2854 2855").split()
 
 
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """An empty HF cache in tmp, with offline mode on so no test can reach the network."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf-cache"
-    cache.mkdir()
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.delenv(REVISION_ENV, raising=False)
-    return cache
-
-
 def rows(*qids: str) -> list[dict]:
     return [stdin_row(q) for q in qids]
 

@@ -13,7 +13,6 @@ import pytest
 from lcb.agents.prompts import seed_bundle
 from lcb.optimize import methods
 from lcb.optimize.artifacts import (
-    InterruptedOptimization,
     JobResult,
     JobSpec,
     read_evaluations,
@@ -22,8 +21,8 @@ from lcb.optimize.artifacts import (
     read_selection,
 )
 from lcb.optimize.job import JobPhase, run_job
+from lcb.optimize.journal import ROLLOUT_LOG
 from lcb.optimize.phases import JobError
-from lcb.optimize.rollout import ROLLOUT_LOG
 from lcb.optimize.seeds import evaluation_scope
 from lcb.optimize.splits import Splits
 from lcb.optimize.teamrun import TeamCell
@@ -162,27 +161,41 @@ def test_evaluations_resume_per_item(scripted, tmp_path):
     assert json.loads((out / "result.json").read_text())["items"] == json.loads(before)["items"]
 
 
-def test_an_interrupted_optimization_does_not_restart_silently(scripted, tmp_path,
-                                                               monkeypatch):
+def test_an_interrupted_optimization_resumes_and_charges_nothing_twice(scripted, tmp_path,
+                                                                        monkeypatch):
     out = tmp_path / "job"
     crashes = iter([True])
 
     class Flaky(Probe):
         async def optimize(self, ctx):
-            ctx.record_candidate(ctx.seed_bundle, scores={}, note="started")
+            train = list(ctx.data.train)[:3]
+            first = await ctx.rollouts(ctx.seed_bundle, train, iteration=1)
+            ctx.record_candidate(ctx.seed_bundle, scores={"train": 1.0}, note="pass 1")
             if next(crashes, False):
                 raise RuntimeError("killed mid-way")
+            again = await ctx.rollouts(ctx.seed_bundle, train, iteration=1)  # replays
+            assert [r.replay for r in again] == [True] * 3 and first == again
             return dict(ctx.seed_bundle)
 
     monkeypatch.setitem(methods.OPTIMIZERS, "probe", Flaky)
-    server = scripted(TeamModel(sample_problems()))
+    model = TeamModel(sample_problems())
+    server = scripted(model)
     with pytest.raises(RuntimeError, match="killed"):
-        run(job_config(server.base_url, out, method="probe"))
-    with pytest.raises(InterruptedOptimization, match="restart"):
-        run(job_config(server.base_url, out, method="probe"))
-    summary = run(job_config(server.base_url, out, method="probe", restart_optimization=True))
+        run(job_config(server.base_url, out, method="probe", budget=5))
+    sent = len(model.seen)
+    summary = run(job_config(server.base_url, out, method="probe", budget=5))
+    assert summary["status"] == "complete" and summary["charged"] == 3
+    # the resumed optimization re-sent nothing: the 3 rollouts came back from the journal
+    assert {pid for pid, _ in model.seen[sent:]} <= set(SPLITS.validation) | set(SPLITS.test)
+    assert len((out / ROLLOUT_LOG).read_text().splitlines()) == 3
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert (ledger["charged"], ledger["replays"]) == (3, 3)
+    kinds = [entry.kind for entry in read_history(out)]
+    assert kinds == ["candidate", "candidate", "final"]  # seed, pass 1 (once), final
+    # an explicit restart discards it all and starts over
+    summary = run(job_config(server.base_url, tmp_path / "job2", method="probe", budget=5,
+                             restart_optimization=True))
     assert summary["status"] == "complete"
-    assert list(out.glob("history.interrupted.*.jsonl"))
 
 
 def test_named_phases_need_the_earlier_ones(scripted, tmp_path):

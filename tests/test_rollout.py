@@ -9,9 +9,11 @@ import pytest
 
 from lcb.grading import Feedback, Grade, TestOutcome, Verdict
 from lcb.optimize.artifacts import read_history
+from lcb.optimize.budget import BudgetLedger, InfraFailure
 from lcb.optimize.bundle import BundleError
+from lcb.optimize.calls import CALLS_LOG, _read_calls, reflection_config
+from lcb.optimize.journal import ROLLOUT_LOG
 from lcb.optimize.method import OptimizeContext
-from lcb.optimize.rollout import ROLLOUT_LOG, reflection_config
 from lcb.optimize.seeds import SEED_MODULUS, optimize_scope
 from lcb.optimize.splits import SplitLeak
 from lcb.optimize.teamrun import TeamCell, feedback_text
@@ -24,6 +26,7 @@ from tests.helpers_optimize import (
     sample_problems,
     sample_splits,
 )
+from tests.helpers_teamrun import bundle_of, team_runner
 from tests.scripted_server import (  # noqa: F401
     Reply,
     ToolCall,
@@ -199,12 +202,12 @@ def test_reflection_is_uncharged_but_recorded_in_the_history(scripted, tmp_path)
 
     answer, ledger = asyncio.run(main())
     assert answer == "ok"
-    usage = ledger.uncharged["reflection"]
+    usage = ledger.uncharged["reflect"]
     assert usage["calls"] == 1 and usage["prompt_tokens"] > 0
     assert ledger.charged == 1
     (entry,) = read_history(tmp_path)
     assert (entry.charged, entry.iteration, entry.scores) == (1, 1, {"train": 1.0})
-    assert entry.uncharged["reflection"]["calls"] == 1
+    assert entry.uncharged["reflect"]["calls"] == 1
 
 
 def test_overlapping_reflection_calls_each_record_their_own_tokens(scripted, tmp_path):
@@ -221,13 +224,15 @@ def test_overlapping_reflection_calls_each_record_their_own_tokens(scripted, tmp
 
             answers = await asyncio.gather(ctx.reflect("SLOW", purpose="slow"),
                                            fast_after_slow_started())
-            return answers, ctx.ledger, ctx.reflector.usage.total()
+            return answers, ctx.ledger
 
-    answers, ledger, total = asyncio.run(main())
+    answers, ledger = asyncio.run(main())
     assert answers == ["slow", "fast"]
-    assert ledger.uncharged["slow"] == {"calls": 1, "prompt_tokens": 100, "completion_tokens": 9}
-    assert ledger.uncharged["fast"] == {"calls": 1, "prompt_tokens": 10, "completion_tokens": 1}
-    assert (total.prompt_tokens, total.n_llm_calls) == (110, 2)
+    assert ledger.uncharged["reflect"] == {"calls": 2, "prompt_tokens": 110,
+                                           "completion_tokens": 10}
+    calls = {line["purpose"]: line for line in _read_calls(tmp_path / CALLS_LOG)}
+    assert [(calls[p]["prompt_tokens"], calls[p]["completion_tokens"]) for p in ("slow", "fast")
+            ] == [(100, 9), (10, 1)]
 
 
 def test_a_masked_sequential_rollout_runs_only_the_active_stages(scripted, tmp_path):
@@ -287,3 +292,42 @@ def test_feedback_text_names_the_failing_test():
     assert text.startswith("hidden test 2 of 5 failed: runtime_error (1 passed before it)")
     assert "input:\n3\n" in text and "ZeroDivisionError" in text and "program output" not in text
     assert "no program" in feedback_text(result, None)
+    subset = feedback_text(result, failing, tests_of=(5, 9)).splitlines()
+    assert subset[:2] == ["hidden test 2 of 5 failed: runtime_error (1 passed before it)",
+                          "(optimization grades the first 5 of 9 hidden tests)"]
+
+
+def test_tokens_of_failed_attempts_are_recorded_in_the_ledger(scripted):
+    probe = Reply.calls(ToolCall("python_exec", {"code": "print(1)"}), prompt_tokens=100,
+                        completion_tokens=7)
+    server = scripted([probe, *failures(1)])  # then HTTP 500 on every request
+
+    async def main():
+        async with team_runner(server.base_url) as runner:
+            ledger = BudgetLedger(2)
+            bundle = bundle_of("single")
+            rollout = await ledger.arun_rollout(lambda: runner.attempt(bundle, TRAIN[0], seed=1))
+            return rollout, ledger
+
+    rollout, ledger = asyncio.run(main())
+    assert rollout is None and (ledger.charged, ledger.abandoned) == (0, 1)
+    spent = {"calls": 1, "prompt_tokens": 100, "completion_tokens": 7}
+    assert ledger.failed_attempt_tokens == spent
+    assert ledger.state()["failed_attempt_tokens"] == spent
+
+
+def test_a_timed_out_run_reports_the_tokens_it_spent(scripted):
+    probe = Reply.calls(ToolCall("python_exec", {"code": "print(1)"}), prompt_tokens=50,
+                        completion_tokens=5)
+    server = scripted([probe, Reply.stall(5)])
+
+    async def main():
+        async with team_runner(server.base_url) as runner:
+            runner.run_timeout_s = 1.0
+            with pytest.raises(InfraFailure, match="timed out after 1s") as caught:
+                await runner.attempt(bundle_of("single"), TRAIN[0], seed=1)
+            return caught.value
+
+    failure = asyncio.run(main())
+    assert failure.usage == {"prompt_tokens": 50, "completion_tokens": 5, "n_llm_calls": 1}
+    assert not failure.kept

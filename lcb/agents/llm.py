@@ -7,6 +7,9 @@ Contract:
 - Retried, with exponential backoff and jitter: HTTP 408/409/429/5xx, timeouts and connection
   errors, at most `config.max_retries` times. Anything else (400, 401, 404, ...) fails at once.
   When the call fails for good it raises `ModelCallError` (after recording the failed call).
+  `ModelCallError.bad_request` is True when the server refused the request itself as malformed
+  or too long (HTTP 400, 413, 422: the same request would be refused again), with the server's
+  own words in `server_message`; every other failure (5xx, timeouts, 401, 404) is not.
 - Every call is recorded once in the given `UsageLedger` with its tag, attempts and seed, from
   the usage numbers of the response (`usage_metadata`); a response without usage counts 0.
 - `request_seed(run_seed, *parts)` derives the per-request seed from the run seed and the call's
@@ -32,6 +35,7 @@ from lcb.agents.usage import CallRecord, CallTag, UsageLedger
 from lcb.runs.extract import strip_think
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+BAD_REQUEST_STATUS = frozenset({400, 413, 422})  # the request's own fault: deterministic
 Sleep = Callable[[float], Awaitable[Any]]
 
 
@@ -44,6 +48,31 @@ class ModelCallError(RuntimeError):
             f"model call failed after {attempts} attempt(s) "
             f"(role {tag.role}, turn {tag.turn}): {describe_error(cause)}"
         )
+
+    @property
+    def status(self) -> int | None:
+        """The HTTP status of the failure (None for timeouts and connection errors)."""
+        status = getattr(self.cause, "status_code", None)
+        return status if isinstance(status, int) else None
+
+    @property
+    def bad_request(self) -> bool:
+        """True when the server refused the request as malformed or too long (module doc)."""
+        return self.status in BAD_REQUEST_STATUS
+
+    @property
+    def server_message(self) -> str:
+        """The server's own error message (the `error.message` of an OpenAI-style body)."""
+        return server_message(self.cause)
+
+
+def server_message(err: BaseException) -> str:
+    """The message an OpenAI-compatible server put in its error body, else the error's text."""
+    body = getattr(err, "body", None)
+    message = body.get("message") if isinstance(body, dict) else None
+    if isinstance(message, str) and message.strip():
+        return message.strip()
+    return str(getattr(err, "message", None) or err or type(err).__name__)
 
 
 def describe_error(err: BaseException) -> str:

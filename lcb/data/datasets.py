@@ -16,6 +16,10 @@ Contract of `load_problems(data, release=, selection=, strict=)`:
   A repeated row does not count towards `offset`/`limit`. Hostile rows (wrong types, deep
   nesting, oversize fields, zlib bombs, unusable ids: `lcb.data.rowcheck`) are malformed rows
   like any other; a bad `$LCB_MAX_ROW_BYTES` raises `DataError` before anything is read.
+- `withhold` names rows whose private tests stay undecoded (`lcb splits` needs only to know
+  that the eval rows are there): such a row gets every check `decode_row` makes except that
+  its `private_test_cases` need only be non-blank text within the size cap; it then goes to
+  `Loaded.withheld` (its id, in load order) instead of `Loaded.problems`.
 - A hub load that starts at release_v1's first row with no filters checks the row order against
   the frozen eval IDs (`lcb.data.manifest.check_eval_order`) and warns on a mismatch.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -41,6 +45,8 @@ DIFFICULTIES = ("easy", "medium", "hard")
 PLATFORMS = ("atcoder", "leetcode", "codeforces")
 SAMPLE = "sample"
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+PRIVATE = "private_test_cases"
+_STAND_IN = '[{"input": "", "output": ""}]'  # one empty test, so decode_row checks the rest
 
 
 @dataclass(frozen=True)
@@ -144,11 +150,13 @@ class Skipped:
 
 @dataclass
 class Loaded:
-    """The selected problems in order, the rows skipped on the way, and where they came from."""
+    """The selected problems in order, the rows skipped on the way, and where they came from;
+    `withheld`: ids of usable rows whose private tests were not decoded (`withhold`)."""
 
     problems: list[Problem]
     skipped: list[Skipped]
     source: dict = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)
 
 
 def load_problems(
@@ -158,10 +166,12 @@ def load_problems(
     selection: Selection = Selection(),  # noqa: B008  (frozen, so a shared default is safe)
     strict: bool = False,
     revision: str | None = None,
+    withhold: Collection[str] = (),
 ) -> Loaded:
     """Load the problems `selection` picks from `data`; see the module contract.
 
     `revision` (hub only) pins a branch, tag or commit; default `$LCB_HF_REVISION` or `main`.
+    `withhold`: ids whose private tests are not decoded (see the module contract).
 
     Example:
         >>> loaded = load_problems("sample", selection=Selection(limit=2))
@@ -180,8 +190,9 @@ def load_problems(
         candidates = iter(_in_only_order(candidates, selection.only, loaded.skipped,
                                          strict=strict))
     stop = None if selection.limit is None else selection.offset + selection.limit
+    withheld = frozenset(withhold)
     for raw in islice(candidates, selection.offset, stop):
-        _decode_into(loaded, raw, strict=strict)
+        _decode_into(loaded, raw, strict=strict, withhold=withheld)
     if seen:
         check_eval_order(seen)
     return loaded
@@ -270,14 +281,31 @@ def _in_only_order(rows: Iterator[RawRow], only: tuple[str, ...], skipped: list[
     return [found[i] for i in only if i in found]
 
 
-def _decode_into(loaded: Loaded, raw: RawRow, *, strict: bool) -> None:
+def _decode_into(loaded: Loaded, raw: RawRow, *, strict: bool, withhold: frozenset[str]
+                 ) -> None:
     row = raw.row or {}
     try:
-        loaded.problems.append(problems.decode_row(row))
+        if withhold and problems.row_id(row) in withhold:
+            loaded.withheld.append(_check_withheld(row))
+        else:
+            loaded.problems.append(problems.decode_row(row))
     except SkipRow as exc:
         loaded.skipped.append(Skipped(exc.row_id, exc.reason))
     except RowError as exc:
         _reject(loaded.skipped, Skipped(exc.row_id, f"{raw.where}: {exc}"), strict=strict)
+
+
+def _check_withheld(row: dict) -> str:
+    """The row's id once it passes every check but the decoding of its private tests."""
+    rid = problems.decode_row({**row, PRIVATE: _STAND_IN} if PRIVATE in row else row).id
+    text, cap = row[PRIVATE], rowcheck.max_row_bytes()
+    if not isinstance(text, str):
+        raise RowError(rid, PRIVATE, f"expected text, got {type(text).__name__}")
+    if len(text) > cap:
+        raise RowError(rid, PRIVATE, f"longer than {rowcheck.over_cap(cap)}")
+    if not text.strip():
+        raise SkipRow(rid, "no private tests")
+    return rid
 
 
 def _reject(skipped: list[Skipped], entry: Skipped, *, strict: bool) -> None:

@@ -1,16 +1,19 @@
 """The optimizer protocol: what every prompt optimizer runs under (optimize → validate → test).
 
-Modules (each small, each with its contract in its docstring):
-- `splits`: the deterministic train / validation / test rule, the split file, and the guards
-  that keep test rows away from optimizers (`OptimizerData`, `load_test_problems`).
+Modules (each small, each with its contract in its docstring; `docs/protocol.md` for users):
+- `job`, `phases`: which phases run, and the three phases themselves.
+- `method`: the interface a method sees (`OptimizeContext`, `Rollout`); `methods/`: the methods.
+- `context`: the optimize phase's context; `journal` (charged rollouts, kept whole, and the
+  history) and `calls` (uncharged reflect / judge / probe calls) make a job resume by replay.
+- `teamrun`, `gradecache`, `outcomes`: one graded team run, its grade cache, and how an outcome
+  counts (usable, refused by the server, abstaining, infrastructure); `evaluation`: the
+  uncharged, per-item-resumable evaluations of validate and test.
 - `budget`: the ledger of usable full-team rollouts (reserve before dispatch; infrastructure
-  failures refunded and retried with the same seeds; reflection usage recorded, never charged).
-- `seeds`: the logical seed of every model request (blake2b of phase, iteration, row, role and
-  turn, offset by 1000 × optimizer seed).
-- `bundle`: prompt bundles (`{role: text}`): validation of proposals, content hashes, copies.
-- `artifacts`: the files of a job directory and the rules for reusing one.
-- `stats`, `aggregate`: paired statistics over seeds and the grid summary.
-
-An optimizer method is one module on top of these: it receives the seed bundle (read-only),
-an `OptimizerData` and a `BudgetLedger`, and returns a new, validated bundle.
+  failures refunded and retried with the same seeds; the refusal watch; uncharged usage).
+- `seeds`: the logical seed of every model request; `bundle`: prompt bundles; `splits`: the
+  split rule and the guards that keep test rows away from optimizers.
+- `graph` (the team graph and each role's input/output in a run), `embed` (sentence embeddings).
+- `artifacts`: the files of a job directory and the rules for reusing one; `conformance`,
+  `provenance`, `settings`: what job.json judges, where a session ran, the method settings.
+- `stats`, `aggregate`, `fingerprint`, `jobcost`: the grid summary over seeds.
 """

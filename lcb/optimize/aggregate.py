@@ -1,24 +1,36 @@
 """Aggregate a grid of optimizer jobs: seeds paired per cell, Δ statistics, McNemar with Holm.
 
-Contract of `aggregate(root)`:
+Contract of `aggregate(root, split_mixed=False)`:
 - Every directory under `root` holding `job.json` is a job; one that also holds `result.json`
   is complete, the others are listed under `incomplete` (with the reason). A malformed artifact
-  raises `ArtifactError` naming the file; two complete jobs for the same group and seed raise
-  `AggregateError` naming both directories.
-- A group is (method, dataset, topology, team size, communication, model, conformant): the
-  seeds of one method on one cell. Conformant and non-conformant jobs are never pooled.
+  raises `ArtifactError` naming the file.
+- A cell is (method, dataset, topology, team size, communication, model): what a row shows.
+  Seeds are pooled only when their settings agree: job.json less the seed, provenance and
+  conformance fields, with its `fingerprint` (`lcb.optimize.fingerprint`). A group is one
+  cell, one fingerprint and one `conformant` value: conformant and non-conformant jobs are
+  never pooled. A cell that holds more than one group is refused with `AggregateError` naming
+  each differing field (dotted path), its values and the job directories holding them; with
+  `split_mixed=True` each group gets its own row instead, `differs` holding its values of those
+  fields (None: absent). Two complete jobs of one group with one seed raise `AggregateError`.
+  Provenance never splits a group, but `provenance_differs` names what differs between its
+  seeds (lcb commit, library or grader version, endpoint), and the table says so.
 - Per seed: baseline and deployed pass@1 in points, Δ, the discordant counts (b: only the
-  baseline passed, c: only the deployed bundle passed) and the exact McNemar p-value. Per
-  group: mean and sample std of Δ over seeds and the seed-stratified paired bootstrap CI
-  (`lcb.optimize.stats`). Holm's correction runs over every per-seed McNemar p-value of a
-  (dataset × model) family, across methods and cells, and is reported as `p_holm`.
+  baseline passed, c: only the deployed bundle passed), the exact McNemar p-value and `cost`
+  (`lcb.optimize.jobcost.read_cost`). Per group: mean and sample std of Δ over seeds, the
+  seed-stratified paired bootstrap CI (`lcb.optimize.stats`) and `cost`: the budget, and the
+  means per seed (over seeds that record them) of charged rollouts, proposals, accepted ones
+  and uncharged tokens (prompt + completion) per kind. Holm's correction runs over every
+  per-seed McNemar p-value of a (dataset × model) family, across methods and cells
+  (`p_holm`).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -28,10 +40,22 @@ from typing import Any
 
 from lcb.optimize import stats
 from lcb.optimize.artifacts import Artifact, ArtifactError, JobResult, JobSpec, read_model
+from lcb.optimize.fingerprint import (
+    ABSENT,
+    NOT_SETTINGS,
+    describe,
+    differing,
+    dotted,
+    fingerprint_of,
+    provenance_differs,
+    settings_of,
+    show,
+    value_at,
+)
+from lcb.optimize.jobcost import KINDS, read_cost
 from lcb.runs.rundir import write_json
 
-GROUP_KEYS = ("method", "dataset", "topology", "team_size", "communication", "model",
-              "conformant")
+CELL_KEYS = ("method", "dataset", "topology", "team_size", "communication", "model")
 
 
 class AggregateError(ValueError):
@@ -40,15 +64,36 @@ class AggregateError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
-    """One complete job: its settings, its result and where it lives."""
+    """One complete job: its settings, its result, its spend and where it lives."""
 
     path: Path
     spec: JobSpec
+    settings: dict[str, Any]
+    conformant: bool
     result: JobResult
+    cost: dict[str, Any]
+    provenance: dict[str, Any]
 
     @property
-    def group(self) -> tuple:
-        return tuple(getattr(self.spec, key) for key in GROUP_KEYS)
+    def cell(self) -> tuple:
+        return tuple(self.settings.get(key) for key in CELL_KEYS)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.settings)
+
+    @property
+    def view(self) -> dict[str, Any]:
+        """What must agree for two seeds to be pooled: the settings and `conformant`."""
+        return {**self.settings, "conformant": self.conformant}
+
+
+def _read_job(folder: Path, spec: JobSpec) -> Job:
+    raw = json.loads((folder / Artifact.JOB).read_text(encoding="utf-8"))
+    settings = settings_of(raw, defaults=spec.model_dump(mode="json"))
+    conformant = bool(raw.get("conformant", getattr(spec, "conformant", False)))
+    return Job(folder, spec, settings, conformant, read_model(folder / Artifact.RESULT, JobResult),
+               read_cost(folder, budget=settings.get("budget")), dict(raw.get("provenance") or {}))
 
 
 def find_jobs(root: Path) -> tuple[list[Job], list[dict[str, str]]]:
@@ -60,38 +105,103 @@ def find_jobs(root: Path) -> tuple[list[Job], list[dict[str, str]]]:
     for job_file in sorted(root.rglob(Artifact.JOB.value)):
         folder = job_file.parent
         spec = read_model(job_file, JobSpec)
-        result_file = folder / Artifact.RESULT
-        if not result_file.exists():
+        if not (folder / Artifact.RESULT).exists():
             incomplete.append({"path": str(folder), "reason": "no result.json yet"})
             continue
-        jobs.append(Job(folder, spec, read_model(result_file, JobResult)))
+        jobs.append(_read_job(folder, spec))
     return jobs, incomplete
 
 
+# --- grouping ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Group:
+    """The seeds of one cell that share their settings."""
+
+    cell: tuple
+    fingerprint: str
+    conformant: bool
+    differs: dict[str, Any]
+    jobs: list[Job]
+
+
+def _cell_label(cell: tuple) -> str:
+    method, *where = cell
+    return f"{method} on " + "/".join(str(part) for part in where if part is not None)
+
+
+def _groups(jobs: Iterable[Job], *, split_mixed: bool) -> list[Group]:
+    cells: dict[tuple, list[Job]] = defaultdict(list)
+    for job in jobs:
+        cells[job.cell].append(job)
+    groups = []
+    for cell, members in cells.items():
+        parts: dict[tuple, list[Job]] = defaultdict(list)
+        for job in members:
+            parts[(job.fingerprint, job.conformant)].append(job)
+        paths = differing([job.view for job in members]) if len(parts) > 1 else []
+        if paths and not split_mixed:
+            raise AggregateError(
+                f"{_cell_label(cell)} mixes seeds with different settings ("
+                f"{describe([(str(job.path), job.view) for job in members], paths)}); "
+                "aggregate them apart (--split-mixed, split_mixed=True) or rerun the odd ones")
+        for (fingerprint, conformant), part in parts.items():
+            values = {dotted(path): value_at(part[0].view, path) for path in paths}
+            differs = {path: None if value is ABSENT else value for path, value in values.items()}
+            groups.append(Group(cell, fingerprint, conformant, differs, _by_seed(part)))
+    return sorted(groups, key=lambda g: (repr(g.cell), g.fingerprint, g.conformant))
+
+
+def _by_seed(jobs: list[Job]) -> list[Job]:
+    """The jobs in seed order (the bootstrap draws in that order); a seed twice raises."""
+    seen: dict[int, Job] = {}
+    for job in jobs:
+        if job.spec.seed in seen:
+            raise AggregateError(f"two results for the same group and seed {job.spec.seed}: "
+                                 f"{seen[job.spec.seed].path} and {job.path}")
+        seen[job.spec.seed] = job
+    return [seen[seed] for seed in sorted(seen)]
+
+
+# --- statistics ----------------------------------------------------------------------------
 def _seed_row(job: Job) -> dict[str, Any]:
     pairs = [(item.baseline, item.deployed) for item in job.result.items]
     b, c = stats.paired_counts(pairs)
     return {"seed": job.spec.seed, "path": str(job.path), "n_items": len(pairs),
             "baseline": 100 * job.result.baseline, "deployed": 100 * job.result.deployed,
             "delta": job.result.delta_points, "deployed_label": job.result.deployed_label,
-            "b": b, "c": c, "p_mcnemar": stats.mcnemar_exact(b, c)}
+            "b": b, "c": c, "p_mcnemar": stats.mcnemar_exact(b, c), "cost": job.cost}
 
 
-def _group_row(key: tuple, jobs: list[Job], *, resamples: int, rng_seed: int,
-               level: float) -> dict[str, Any]:
-    jobs = sorted(jobs, key=lambda job: job.spec.seed)  # the bootstrap draws in seed order
-    seeds = [_seed_row(job) for job in jobs]
-    deltas = [row["delta"] for row in seeds]
-    mean, std = stats.mean_std(deltas)
-    strata = [[item.deployed - item.baseline for item in job.result.items] for job in jobs
-              if job.result.items]
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _group_cost(costs: list[dict[str, Any]]) -> dict[str, Any]:
+    budgets = {cost["budget"] for cost in costs}
+    usage = [cost["uncharged"] for cost in costs]
+    return {"budget": budgets.pop() if len(budgets) == 1 else None,
+            **{f"{key}_mean": _mean(cost[key] for cost in costs)
+               for key in ("charged", "proposals", "accepted")},
+            "tokens_mean": {kind: _mean(u[kind]["prompt_tokens"] + u[kind]["completion_tokens"]
+                                        for u in usage if u is not None) for kind in KINDS}}
+
+
+def _group_row(group: Group, *, resamples: int, rng_seed: int, level: float) -> dict[str, Any]:
+    seeds = [_seed_row(job) for job in group.jobs]
+    mean, std = stats.mean_std([row["delta"] for row in seeds])
+    strata = [[item.deployed - item.baseline for item in job.result.items]
+              for job in group.jobs if job.result.items]
     ci = (stats.stratified_bootstrap_ci(strata, resamples=resamples, rng_seed=rng_seed,
                                         level=level) if strata else None)
-    return {**dict(zip(GROUP_KEYS, key, strict=True)), "n_seeds": len(seeds),
+    return {**dict(zip(CELL_KEYS, group.cell, strict=True)), "conformant": group.conformant,
+            "fingerprint": group.fingerprint, "differs": group.differs,
+            "provenance_differs": provenance_differs([job.provenance for job in group.jobs]),
+            "settings": group.jobs[0].settings, "n_seeds": len(seeds),
             "baseline_mean": stats.mean_std([row["baseline"] for row in seeds])[0],
             "deployed_mean": stats.mean_std([row["deployed"] for row in seeds])[0],
             "delta_mean": mean, "delta_std": std, "ci": list(ci) if ci else None,
-            "seeds": seeds}
+            "cost": _group_cost([row["cost"] for row in seeds]), "seeds": seeds}
 
 
 def _apply_holm(groups: list[dict[str, Any]]) -> None:
@@ -104,53 +214,70 @@ def _apply_holm(groups: list[dict[str, Any]]) -> None:
             row["p_holm"] = adjusted
 
 
-def _grouped(jobs: Iterable[Job]) -> dict[tuple, list[Job]]:
-    groups: dict[tuple, dict[int, Job]] = defaultdict(dict)
-    for job in jobs:
-        seen = groups[job.group].get(job.spec.seed)
-        if seen is not None:
-            raise AggregateError(f"two results for the same group and seed {job.spec.seed}: "
-                                 f"{seen.path} and {job.path}")
-        groups[job.group][job.spec.seed] = job
-    return {key: list(by_seed.values()) for key, by_seed in groups.items()}
-
-
 def aggregate(root: Path, *, resamples: int = stats.BOOTSTRAP_RESAMPLES,
-              rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL
-              ) -> dict[str, Any]:
+              rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL,
+              split_mixed: bool = False) -> dict[str, Any]:
     """The JSON-able summary of every job under `root` (see the module contract)."""
     jobs, incomplete = find_jobs(root)
-    groups = [_group_row(key, members, resamples=resamples, rng_seed=rng_seed, level=level)
-              for key, members in sorted(_grouped(jobs).items(), key=lambda kv: repr(kv[0]))]
+    groups = [_group_row(group, resamples=resamples, rng_seed=rng_seed, level=level)
+              for group in _groups(jobs, split_mixed=split_mixed)]
     _apply_holm(groups)
     return {"root": str(root), "n_jobs": len(jobs), "groups": groups, "incomplete": incomplete,
             "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": rng_seed,
                          "ci_level": level, "holm_family": ["dataset", "model"],
+                         "split_mixed": split_mixed,
+                         "fingerprint": "job.json less " + ", ".join(sorted(NOT_SETTINGS)),
                          "units": "pass@1 in points (0-100); delta = deployed - baseline"}}
 
 
+# --- rendering -----------------------------------------------------------------------------
 def _num(value: float | None, *, signed: bool = False) -> str:
     if value is None or math.isnan(value):
         return "—"
     return f"{value:+.1f}" if signed else f"{value:.1f}"
 
 
+def _amount(value: float | None) -> str:
+    """A count or a mean of counts: whole numbers as such, others to one decimal."""
+    if value is None:
+        return "—"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def _spend(cost: dict[str, Any]) -> str:
+    tokens = " / ".join(_amount(cost["tokens_mean"][kind]) for kind in KINDS)
+    return (f"{_amount(cost['charged_mean'])} / {_amount(cost['budget'])} "
+            f"| {_amount(cost['proposals_mean'])} ({_amount(cost['accepted_mean'])}) | {tokens}")
+
+
 def markdown_table(summary: dict[str, Any]) -> str:
-    """One markdown row per group; non-conformant groups are marked with `*`."""
+    """One markdown row per group; non-conformant groups are marked with `*`, split groups
+    with their fingerprint (their differing settings are listed under the table)."""
     header = ("| method | dataset | topology | team | comm | model | seeds | baseline | deployed "
-              "| Δ mean ± std | 95% CI | McNemar p (Holm) per seed |")
-    lines = [header, "|" + "---|" * 12]
+              "| Δ mean ± std | 95% CI | McNemar p (Holm) per seed | charged / budget "
+              "| proposals (accepted) | tokens reflect / judge / probe |")
+    lines, notes = [header, "|" + "---|" * 15], []
     for g in summary["groups"]:
         low, high = g["ci"] or (None, None)
         ci = f"[{_num(low, signed=True)}, {_num(high, signed=True)}]"
         tests = ", ".join(f"s{row['seed']}: {row['p_mcnemar']:.3g} ({row['p_holm']:.3g})"
                           for row in g["seeds"])
         method = g["method"] + ("" if g["conformant"] else "*")
+        if g["provenance_differs"]:
+            notes.append(f"{g['method']} on {g['topology']}/{g['model']}: seeds ran with "
+                         f"another {', '.join(g['provenance_differs'])}")
+        if g["differs"]:
+            method += f" [{g['fingerprint']}]"
+            notes.append(f"[{g['fingerprint']}] " + ", ".join(
+                f"{path}={show(value)}" for path, value in g["differs"].items()))
         lines.append(
             f"| {method} | {g['dataset']} | {g['topology']} | {g['team_size'] or '—'} "
             f"| {g['communication'] or '—'} | {g['model']} | {g['n_seeds']} "
             f"| {_num(g['baseline_mean'])} | {_num(g['deployed_mean'])} "
-            f"| {_num(g['delta_mean'], signed=True)} ± {_num(g['delta_std'])} | {ci} | {tests} |")
+            f"| {_num(g['delta_mean'], signed=True)} ± {_num(g['delta_std'])} | {ci} | {tests} "
+            f"| {_spend(g['cost'])} |")
+    if notes:
+        lines.append("\nwithin a cell:\n" + "\n".join(notes))
     if any(not g["conformant"] for g in summary["groups"]):
         lines.append("\n\\* non-conformant: settings differ from the standard protocol "
                      "(see each job.json's deviations)")
@@ -161,14 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m optimizers.protocol.aggregate RUNS --out summary.json`: JSON file, table."""
     parser = argparse.ArgumentParser(
         prog="python -m optimizers.protocol.aggregate",
-        description="Pair seeds per cell and report Δ, a bootstrap CI and McNemar tests.")
+        description="Pair seeds per cell and report Δ, a bootstrap CI, McNemar tests and spend.")
     parser.add_argument("root", type=Path, help="directory holding job directories (any depth)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON summary here")
     parser.add_argument("--resamples", type=int, default=stats.BOOTSTRAP_RESAMPLES)
     parser.add_argument("--rng-seed", type=int, default=stats.BOOTSTRAP_SEED)
+    parser.add_argument("--split-mixed", action="store_true",
+                        help="report each settings fingerprint of a cell as its own group "
+                             "instead of refusing a cell whose seeds differ")
     args = parser.parse_args(argv)
     try:
-        summary = aggregate(args.root, resamples=args.resamples, rng_seed=args.rng_seed)
+        summary = aggregate(args.root, resamples=args.resamples, rng_seed=args.rng_seed,
+                            split_mixed=args.split_mixed)
     except (AggregateError, ArtifactError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

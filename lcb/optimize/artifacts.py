@@ -1,11 +1,20 @@
 """The files of an optimizer job directory (`--out DIR`) and the rules for reusing one.
 
 Layout:
-    DIR/job.json              `JobSpec`: method, cell, seed, budget, sampling, reflection model,
-                              split sizes; plus the derived `conformant` flag and `deviations`
+    DIR/job.json              `JobSpec`: method, cell, seed, budget, sampling, reflection model
+                              and sampling, data source (release, revision), how the splits were
+                              drawn (sizes, rule, digest), grader, sandbox, `opt_tests`, the
+                              method's full settings, the seed prompts' hashes; `conformance`
+                              (`lcb.optimize.conformance`) with the derived `conformant` and
+                              `deviations`; `provenance` (`lcb.optimize.provenance`)
+    DIR/seed_bundle.json      the seed bundle `{role: text}`, pinned by the job's first run
     DIR/history.jsonl         one `HistoryEntry` per line: each candidate bundle with its scores,
-                              charged rollouts so far and uncharged (reflection) usage so far;
-                              the last line of a finished optimization has kind "final"
+                              each proposal (kept or not, and why), charged rollouts so far and
+                              uncharged usage per kind so far; the last line of a finished
+                              optimization has kind "final"
+    DIR/rollouts.jsonl, transcripts/, calls.jsonl.gz, checkpoint.json, ledger.json
+                              the optimize phase's journal (`lcb.optimize.journal`,
+                              `lcb.optimize.calls`, `lcb.optimize.context`)
     DIR/selection.json        `SelectionDecision`: seed vs incumbent on the full validation split;
                               sealed once (never rewritten) before any test row is loaded
     DIR/evals/<phase>_<label>.jsonl   evaluation records (lcb.runs.records format, one per item,
@@ -14,12 +23,13 @@ Layout:
                               (`read_evaluations`); `paired_outcomes` joins two of them by id
     DIR/test.json             `TestReport`: the seed and deployed bundles' test scores
     DIR/result.json           `JobResult`: baseline and deployed pass@1, Δ in points, and the
-                              per-item paired outcomes on the test split (what aggregate reads)
+                              per-item paired outcomes on the test split (what aggregate reads),
+                              and `cost` (charged, proposals, uncharged calls per kind)
 
-A job whose settings differ from the standard (`STANDARD`: budget 600, temperature 0.2, top-p
-0.9, the task model as reflection model, splits 150/50/50) is non-conformant; `job.json` says so
-and lists why. `open_job_dir` refuses to reuse a directory for other settings and refuses to
-restart an interrupted optimization silently (a fresh `--out` or `restart_optimization=True`).
+A job is conformant when it meets every requirement of the standard protocol
+(`lcb.optimize.conformance`); `job.json` lists each with the value seen. When a directory
+may be reused, and the pinned seed bundle: `lcb.optimize.jobdir`. What is not a setting
+(`NOT_SETTINGS`: provenance, the judged conformance) may differ between sessions.
 """
 
 from __future__ import annotations
@@ -32,21 +42,16 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
 from lcb.optimize.bundle import bundle_hash
+from lcb.optimize.conformance import STANDARD_SPLIT_SIZES, Requirement
 from lcb.runs.records import RecordsError, pass_at_1, read_records
 from lcb.runs.rundir import now_iso, write_json
 
-STANDARD_SPLIT_SIZES = {"train": 150, "validation": 50, "test": 50}
-STANDARD: dict[str, Any] = {"budget": 600, "temperature": 0.2, "top_p": 0.9,
-                            "reflection_model": None, "split_sizes": STANDARD_SPLIT_SIZES}
+NOT_SETTINGS = frozenset({"provenance", "conformance", "conformant", "deviations"})
 M = TypeVar("M", bound=BaseModel)
 
 
 class ArtifactError(ValueError):
     """A job artifact that is missing or malformed, or a job dir that cannot be used as asked."""
-
-
-class InterruptedOptimization(ArtifactError):
-    """The directory holds an optimization that stopped before its final entry."""
 
 
 class Artifact(StrEnum):
@@ -56,6 +61,7 @@ class Artifact(StrEnum):
     EVALS = "evals"
     TEST = "test.json"
     RESULT = "result.json"
+    SEED = "seed_bundle.json"
 
 
 class _Model(BaseModel):
@@ -63,7 +69,7 @@ class _Model(BaseModel):
 
 
 class JobSpec(_Model):
-    """`job.json`. `reflection_model` None means the task model (the standard)."""
+    """`job.json`: the settings of one job, how they were judged, and where it ran."""
 
     method: str
     dataset: str = "lcb"
@@ -76,24 +82,36 @@ class JobSpec(_Model):
     temperature: float = 0.2
     top_p: float = 0.9
     reflection_model: str | None = None
+    reflection_sampling: dict[str, Any] = Field(default_factory=dict)
     split_sizes: dict[str, int] = Field(default_factory=lambda: dict(STANDARD_SPLIT_SIZES))
     data: str | None = None
     release: str = "release_v1"
+    revision: str | None = None
+    test_rule: str | None = None
+    splits_digest: str | None = None
+    grader: str = "default"
+    sandbox: str = "process"
+    opt_tests: int | None = Field(default=None, ge=1)
+    method_settings: dict[str, Any] = Field(default_factory=dict)
+    seed_prompts: dict[str, str] = Field(default_factory=dict)
+    conformance: list[Requirement] = Field(default_factory=list)
+    provenance: dict[str, Any] = Field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def deviations(self) -> list[str]:
-        """Every setting that differs from `STANDARD`, as `name=value (standard: x)`."""
-        own = {"budget": self.budget, "temperature": self.temperature, "top_p": self.top_p,
-               "reflection_model": None if self.reflection_model in (None, self.model)
-               else self.reflection_model, "split_sizes": self.split_sizes}
-        return [f"{key}={own[key]!r} (standard: {value!r})"
-                for key, value in STANDARD.items() if own[key] != value]
+        """The unmet requirements, as `name=seen (expected: x)`."""
+        return [req.deviation() for req in self.conformance if not req.met]
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def conformant(self) -> bool:
-        return not self.deviations
+        """Judged and every requirement met (a spec never judged is not conformant)."""
+        return bool(self.conformance) and all(req.met for req in self.conformance)
+
+    def settings(self) -> dict[str, Any]:
+        """What the same-settings check compares: everything but `NOT_SETTINGS`, as JSON."""
+        return self.model_dump(mode="json", exclude=set(NOT_SETTINGS))
 
     @property
     def cell(self) -> tuple:
@@ -102,9 +120,11 @@ class JobSpec(_Model):
 
 
 class HistoryEntry(_Model):
-    """One line of `history.jsonl`."""
+    """One line of `history.jsonl`: a scored candidate, a proposal (kept or not), or the final
+    incumbent. Proposal fields: `roles` changed, where it was `scored_on`, `accepted`, and for a
+    rejected one the stage that dropped it (`rejected_by`) and the `reason`."""
 
-    kind: Literal["candidate", "final"] = "candidate"
+    kind: Literal["candidate", "proposal", "final"] = "candidate"
     iteration: int = Field(ge=0)
     bundle: dict[str, str]
     bundle_hash: str = ""
@@ -113,6 +133,11 @@ class HistoryEntry(_Model):
     charged: int = Field(ge=0)
     uncharged: dict[str, dict[str, int]] = Field(default_factory=dict)
     note: str = ""
+    roles: list[str] = Field(default_factory=list)
+    scored_on: str | None = None
+    accepted: bool | None = None
+    rejected_by: Literal["minibatch", "validator", "gate", "budget"] | None = None
+    reason: str = ""
     time: str = Field(default_factory=now_iso)
 
     @model_validator(mode="after")
@@ -187,12 +212,14 @@ class JobResult(_Model):
     delta_points: float
     deployed_label: Literal["seed", "incumbent"]
     items: list[ItemOutcome]
+    cost: dict[str, Any] | None = None  # budget, charged, proposals, accepted, uncharged/kind
 
     @classmethod
-    def from_items(cls, items: list[ItemOutcome], *, deployed_label: str) -> JobResult:
+    def from_items(cls, items: list[ItemOutcome], *, deployed_label: str,
+                   cost: dict[str, Any] | None = None) -> JobResult:
         base, dep = _rates(items)
         return cls(baseline=base, deployed=dep, delta_points=100 * (dep - base),
-                   deployed_label=deployed_label, items=items)
+                   deployed_label=deployed_label, items=items, cost=cost)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobResult:
@@ -310,49 +337,3 @@ def paired_outcomes(baseline: Mapping[str, Mapping[str, Any]],
                             f"e.g. {missing[:3]}: finish the evaluation first")
     return [ItemOutcome(id=i, baseline=int(baseline[i]["em"]), deployed=int(deployed[i]["em"]))
             for i in ids]
-
-
-# --- the job directory guard ---------------------------------------------------------------
-def open_job_dir(out: Path, spec: JobSpec, *, restart_optimization: bool = False) -> Path:
-    """Create `out` for `spec`, or reuse it when it holds the same job.
-
-    Raises `ArtifactError` when `out` is non-empty but holds no job.json or another job's
-    settings, and `InterruptedOptimization` when its history stops before a final entry
-    (unless `restart_optimization`, which moves the old history aside and starts over).
-    """
-    out = Path(out)
-    job = out / Artifact.JOB
-    if out.exists() and any(out.iterdir()):
-        if not job.exists():
-            raise ArtifactError(f"--out {out} is not empty and holds no {Artifact.JOB}: "
-                                "choose a fresh --out")
-        _same_settings(read_model(job, JobSpec), spec, out)
-        _check_history(out, restart=restart_optimization)
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    write_model(job, spec)
-    return out
-
-
-def _same_settings(found: JobSpec, spec: JobSpec, out: Path) -> None:
-    old, new = found.model_dump(), spec.model_dump()
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    if changed:
-        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
-        raise ArtifactError(f"--out {out} holds a job with other settings ({detail}): choose "
-                            "a fresh --out")
-
-
-def _check_history(out: Path, *, restart: bool) -> None:
-    history = read_history(out)
-    if not history or history[-1].kind == "final":
-        return
-    if restart:
-        path = out / Artifact.HISTORY
-        path.rename(path.with_name(f"history.interrupted.{now_iso().replace(':', '')}.jsonl"))
-        return
-    last = history[-1]
-    raise InterruptedOptimization(
-        f"the optimization in {out} was interrupted (iteration {last.iteration}, "
-        f"{last.charged} rollouts charged) and does not restart silently: choose a fresh --out, "
-        f"or pass the explicit restart flag to discard that history and start again")

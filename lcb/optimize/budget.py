@@ -9,35 +9,60 @@ Contract:
   in-flight units are held by reservations, `charged + in flight <= total` at every moment, so
   concurrent dispatch can never overshoot.
 - Each reserved unit ends exactly once: `commit(res)` charges it (a usable rollout: right,
-  wrong or malformed answer alike) and `refund(res)` returns it (an infrastructure failure:
-  connection, timeout, HTTP 5xx, no model call, grader exception; or a unit not used).
-  `close(res)` refunds whatever a reservation still holds.
+  wrong or malformed answer alike, a masked team that abstained, a request the server refused)
+  and `refund(res)` returns it (an infrastructure failure: connection, timeout, HTTP 5xx, no
+  model call, grader exception; or a unit not used). `close(res)` refunds what a reservation
+  still holds.
 - `run_rollout(attempt)` / `arun_rollout(attempt)` wrap one rollout: reserve one unit, call
   `attempt()`; an `InfraFailure` raised by it is recorded, not charged, and the same `attempt`
   (hence the same seeds) is retried up to `INFRA_RETRIES` (2) more times; after that the unit is
   refunded and `None` returned. Any other exception refunds the unit and propagates.
+- Refusals (`lcb.optimize.outcomes`): an attempt that raises `Refused` (the server refused the
+  request, HTTP 400) is not retried: its unit is charged and `Refused.result` returned, and the
+  ledger's `RefusalWatch` sees it (a usable rollout that made a model call confirms the
+  endpoint and ends a streak; an abstaining team does neither). When the watch trips (the
+  job's first rollouts all refused, or 10 distinct rows refused in a row), every refusal of
+  the streak is refunded at once (`charged` drops by their number) and `Misconfigured` is
+  raised to that caller; from then on every `reserve`/`run_rollout`, and every rollout still
+  in flight (its unit refunded), raises it too. So a misconfigured job ends having charged
+  nothing for its refusals, and the budget is never exceeded.
+- Tokens of failed attempts: an `InfraFailure` carries the usage its attempt spent (`usage`);
+  it is added to `failed_attempt_tokens` (`calls`, `prompt_tokens`, `completion_tokens`) at
+  once, except for a team run kept for a re-grade (`kept=True`): its tokens count only if the
+  rollout is finally abandoned, since a successful re-grade returns them in the rollout.
 - Reflection / proposal / judge calls are never charged; `record_uncharged(...)` adds their calls
   and tokens to the ledger's usage, per kind.
-- `state()` is JSON-able and `BudgetLedger.from_state(state)` restores it for checkpoints.
-  In-flight reservations are not part of the state: a rollout cut off by an interruption was
-  never committed, so it is not charged.
+- `state()` is JSON-able and `BudgetLedger.from_state(state)` restores it for checkpoints:
+  `total, charged, retries, infra_failures, abandoned, refused, failed_attempt_tokens,
+  refusal_watch, uncharged`. In-flight reservations are not part of the state: a rollout cut
+  off by an interruption was never committed, so it is not charged.
 - Thread- and asyncio-safe: every mutation holds one `threading.Lock` for a few instructions
   (never across an await or a rollout).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from lcb.optimize.outcomes import (  # re-exported: how an attempt ends
+    InfraFailure,
+    Misconfigured,
+    RefusalWatch,
+    Refused,
+    infra_reason,
+)
 
 T = TypeVar("T")
 INFRA_RETRIES = 2
 STANDARD_BUDGET = 600
 _USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens")
+
+__all__ = ["INFRA_RETRIES", "STANDARD_BUDGET", "BudgetError", "BudgetExhausted", "BudgetLedger",
+           "InfraFailure", "Misconfigured", "Refused", "Reservation", "infra_reason"]
 
 
 class BudgetError(RuntimeError):
@@ -46,27 +71,6 @@ class BudgetError(RuntimeError):
 
 class BudgetExhausted(BudgetError):
     """No unit of budget is left to reserve."""
-
-
-class InfraFailure(Exception):
-    """Raised by a rollout attempt when infrastructure, not the team's answer, failed.
-
-    Examples: connection refused, timeout, HTTP 5xx after the client's retries, a rollout that
-    made no model call, an exception inside the grader. Such a rollout is not charged.
-    """
-
-
-def infra_reason(*, error: str | None, n_llm_calls: int) -> str | None:
-    """Why a finished team run counts as an infrastructure failure, or None when it is usable.
-
-    The team contract (`lcb.teams.TeamResult`) sets `error` only when the run could not finish
-    (a model call failed after the client's retries, or the team code crashed): neither is the
-    answer's fault. A run that made no model call has no answer to charge. A run without an
-    error is usable even when its answer is missing, wrong or malformed.
-    """
-    if n_llm_calls == 0:
-        return "no model call" + (f" ({error})" if error else "")
-    return error or None
 
 
 @dataclass
@@ -93,17 +97,22 @@ class BudgetLedger:
         (1, 1)
     """
 
-    def __init__(self, total: int, *, retries: int = INFRA_RETRIES) -> None:
+    def __init__(self, total: int, *, retries: int = INFRA_RETRIES,
+                 watch: RefusalWatch | None = None) -> None:
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
             raise ValueError(f"budget total must be an integer >= 0, got {total!r}")
         self.total = total
         self.retries = retries
+        self.watch = watch or RefusalWatch()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._open: dict[int, Reservation] = {}
+        self.running = 0  # rollouts inside run_rollout/arun_rollout now
         self.charged = 0
         self.infra_failures = 0
         self.abandoned = 0  # rollouts refunded after every retry failed
+        self.refused = 0  # charged rollouts whose request the server refused
+        self.failed_attempt_tokens = dict.fromkeys(_USAGE_KEYS, 0)  # calls: answered ones
         self.uncharged: dict[str, dict[str, int]] = {}
 
     # --- counters -------------------------------------------------------------------------
@@ -127,6 +136,8 @@ class BudgetLedger:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"reserve needs a positive integer, got {n!r}")
         with self._lock:
+            if self.watch.tripped is not None:
+                raise self.watch.tripped
             free = self.total - self.charged - sum(r.remaining for r in self._open.values())
             if free <= 0 or (exact and free < n):
                 raise BudgetExhausted(f"budget of {self.total} rollouts: {self.charged} charged, "
@@ -167,21 +178,65 @@ class BudgetLedger:
         """One budgeted rollout, retried on `InfraFailure` (see the module docstring)."""
         with _Unit(self) as unit:
             while unit.next_try():
-                with unit.trying():
+                try:
                     return unit.charge(attempt())
+                except InfraFailure as exc:
+                    unit.failed(exc)
+                except Refused as exc:
+                    return unit.refused(exc)
         return None
 
     async def arun_rollout(self, attempt: Callable[[], Awaitable[T]]) -> T | None:
         """The asyncio twin of `run_rollout`."""
         with _Unit(self) as unit:
             while unit.next_try():
-                with unit.trying():
+                try:
                     return unit.charge(await attempt())
+                except InfraFailure as exc:
+                    unit.failed(exc)
+                except Refused as exc:
+                    return unit.refused(exc)
         return None
 
-    def _count(self, counter: str) -> None:
+    def commit_replayed(self, row: str, *, refusal: str | None = None,
+                        answered: bool = True, result: Any = None) -> None:
+        """Charge one journaled rollout again (a resumed job retracing its path) and show the
+        watch its outcome: usable (`answered`: it made a model call), or refused with the
+        server's words `refusal` (`result`: the journaled rollout, handed back in
+        `Misconfigured.refunded` if the streak trips). Only the streak rule applies (the
+        original run's concurrency is not replayed). Raises `BudgetExhausted` or
+        `Misconfigured` as `reserve` does, or when the streak trips."""
+        outcome = None if refusal is None else Refused(refusal, result=result, row=row)
+        self._charge(self.reserve(1, exact=True), refusal=outcome, answered=answered,
+                     replay=True)
+
+    def _charge(self, reservation: Reservation, *, refusal: Refused | None, answered: bool,
+                replay: bool = False) -> None:
+        """Charge one unit of `reservation` and show the watch the outcome; raises the
+        watch's `Misconfigured` (refunding the streak) when it has tripped."""
         with self._lock:
-            setattr(self, counter, getattr(self, counter) + 1)
+            tripped = self.watch.tripped
+            if tripped is None:
+                self._take(reservation)
+                self.charged += 1
+                if refusal is None and answered:
+                    self.watch.usable()
+                elif refusal is not None:
+                    self.refused += 1
+                    tripped = self.watch.refused(
+                        refusal.row, refusal.message, result=refusal.result,
+                        others_running=None if replay else self.running - 1)
+            if tripped is not None:
+                self._refund_streak()
+        if tripped is not None:
+            raise tripped
+
+    def _refund_streak(self) -> None:
+        """The streak's refusals were charged as they came: give their units back (once: the
+        watch forgets them). Holds the lock."""
+        self.charged -= len(self.watch.refusals)
+        self.refused -= len(self.watch.refusals)
+        self.watch.refusals = []
 
     # --- uncharged calls ------------------------------------------------------------------
     def record_uncharged(self, kind: str, *, calls: int = 1, prompt_tokens: int = 0,
@@ -203,7 +258,27 @@ class BudgetLedger:
         with self._lock:
             return {"total": self.total, "charged": self.charged, "retries": self.retries,
                     "infra_failures": self.infra_failures, "abandoned": self.abandoned,
+                    "refused": self.refused,
+                    "failed_attempt_tokens": dict(self.failed_attempt_tokens),
+                    "refusal_watch": self.watch.state(),
                     "uncharged": {k: dict(v) for k, v in self.uncharged.items()}}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Take every counter of `state()` in place (a checkpoint's fast-forward); objects
+        holding this ledger keep it. Raises `BudgetError` as `from_state` does."""
+        restored = BudgetLedger.from_state(state)
+        with self._lock:
+            if self._open:
+                raise BudgetError("load_state with reservations open")
+            for name in ("total", "retries", "charged", "infra_failures", "abandoned",
+                         "refused", "failed_attempt_tokens", "watch", "uncharged"):
+                setattr(self, name, getattr(restored, name))
+
+    def count_abandoned(self, tries: int) -> None:
+        """A journaled abandonment retraced: its failed tries and the abandonment itself."""
+        with self._lock:
+            self.infra_failures += tries
+            self.abandoned += 1
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> BudgetLedger:
@@ -214,8 +289,11 @@ class BudgetLedger:
             if not isinstance(charged, int) or not 0 <= charged <= ledger.total:
                 raise BudgetError(f"ledger state: charged={charged!r} outside 0..{ledger.total}")
             ledger.charged = charged
-            ledger.infra_failures = int(state.get("infra_failures", 0))
-            ledger.abandoned = int(state.get("abandoned", 0))
+            for counter in ("infra_failures", "abandoned", "refused"):
+                setattr(ledger, counter, int(state.get(counter, 0)))
+            failed = state.get("failed_attempt_tokens", {})
+            ledger.failed_attempt_tokens = {k: int(failed.get(k, 0)) for k in _USAGE_KEYS}
+            ledger.watch.restore(state.get("refusal_watch", {}))
             for kind, usage in state.get("uncharged", {}).items():
                 ledger.record_uncharged(kind, **{k: int(usage.get(k, 0)) for k in _USAGE_KEYS})
         except (KeyError, TypeError, ValueError) as exc:
@@ -224,34 +302,64 @@ class BudgetLedger:
 
 
 class _Unit:
-    """One reserved unit and its tries: charged once, else refunded when the `with` ends."""
+    """One reserved unit and its tries: charged once, else refunded when the `with` ends.
+    Every settlement holds the ledger's lock, so the watch sees outcomes one at a time."""
 
     def __init__(self, ledger: BudgetLedger) -> None:
         self.ledger = ledger
         self.tries_left = 1 + ledger.retries
+        self.last: InfraFailure | None = None
 
     def __enter__(self) -> _Unit:
         self.reservation = self.ledger.reserve(1)
+        with self.ledger._lock:
+            self.ledger.running += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.ledger.close(self.reservation)  # refunds the unit unless it was charged
+        ledger = self.ledger
+        with ledger._lock:
+            ledger.running -= 1
+        ledger.close(self.reservation)  # refunds the unit unless it was charged
 
     def next_try(self) -> bool:
-        if self.tries_left == 0:
-            self.ledger._count("abandoned")
-            return False
-        self.tries_left -= 1
-        return True
+        if self.tries_left > 0:
+            self.tries_left -= 1
+            return True
+        ledger = self.ledger
+        with ledger._lock:
+            ledger.abandoned += 1
+            if self.last is not None and self.last.kept:  # the kept run is given up now
+                _add_tokens(ledger.failed_attempt_tokens, self.last.usage)
+            tripped = ledger.watch.check(others_running=ledger.running - 1)
+            if tripped is not None:
+                ledger._refund_streak()
+        if tripped is not None:
+            raise tripped
+        return False
 
-    @contextlib.contextmanager
-    def trying(self) -> Iterator[None]:
-        """Swallow (and count) an `InfraFailure`, so the caller's loop tries again."""
-        try:
-            yield
-        except InfraFailure:
-            self.ledger._count("infra_failures")
+    def failed(self, exc: InfraFailure) -> None:
+        ledger = self.ledger
+        with ledger._lock:
+            ledger.infra_failures += 1
+            if not exc.kept:
+                _add_tokens(ledger.failed_attempt_tokens, exc.usage)
+        self.last = exc
 
     def charge(self, result: T) -> T:
-        self.ledger.commit(self.reservation)
+        """A usable rollout: charged; the endpoint is confirmed unless the result shows it made
+        no model call (`result.team.n_llm_calls == 0`: a masked team that abstained)."""
+        calls = getattr(getattr(result, "team", None), "n_llm_calls", 1)
+        self.ledger._charge(self.reservation, refusal=None, answered=calls != 0)
         return result
+
+    def refused(self, exc: Refused) -> Any:
+        """A refused request: charged as a failed rollout, unless the watch trips."""
+        self.ledger._charge(self.reservation, refusal=exc, answered=True)
+        return exc.result
+
+
+def _add_tokens(into: dict[str, int], usage: Mapping[str, int]) -> None:
+    into["calls"] += int(usage.get("n_llm_calls", 0))
+    for key in ("prompt_tokens", "completion_tokens"):
+        into[key] += int(usage.get(key, 0))

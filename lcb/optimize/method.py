@@ -8,26 +8,35 @@ Contract:
 - The method sees the data only through `ctx.data` (`OptimizerData`: train and validation
   problems). Test rows are not loaded while it runs.
 - `ctx.rollout(...)` runs one problem through the whole team with a candidate bundle and grades
-  the submitted program on the hidden tests (fail-fast). Each call that returns a `Rollout` was
-  charged one unit of `ctx.ledger`; `None` means nothing was charged: the budget is spent, or
-  infrastructure failed on every try. A method must stop asking once `ctx.ledger.exhausted`
-  (or once it gets `None` with `ctx.ledger.available == 0`).
-- `ctx.reflect(prompt, purpose=...)` asks the reflection model; never charged, always recorded.
-- `ctx.record_candidate(...)` appends one candidate to the job's `history.jsonl` (the checkpoint
-  a reader or a resumed job sees). The protocol writes the final entry itself.
+  the submitted program on the hidden tests (fail-fast; the first `--opt-tests` tests when set).
+  Each call that returns a `Rollout` was charged one unit of `ctx.ledger`, except a *replay*: a
+  rollout whose (bundle, row, iteration, mask) already ran in this job sends the same requests,
+  so it is served from the job's journal, uncharged, with no model call. `None` means nothing
+  was charged: the budget is spent, or infrastructure failed on every try. A method must stop
+  asking once `ctx.ledger.exhausted` (or once it gets `None` with `ctx.ledger.available == 0`).
+- `ctx.reflect` / `ctx.judge` (reflection model) and `ctx.probe` (task model, one agent) are
+  never charged and always recorded, per kind, in the ledger and `calls.jsonl.gz`.
+- `ctx.record_candidate(...)` / `ctx.record_proposal(...)` append to the job's `history.jsonl`.
+  The protocol writes the final entry itself.
+- Resume: a rerun of an interrupted job serves every journaled rollout and model answer again
+  (uncharged the second time), so a deterministic method retraces its path; `ctx.checkpoint`
+  / `ctx.restore` let a method skip ahead instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lcb.data.problems import Problem
 from lcb.grading import Grade
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.splits import OptimizerData
 from lcb.teams import TeamResult
+
+if TYPE_CHECKING:
+    from lcb.optimize.graph import RoleTurn, TeamGraph
 
 Bundle = dict[str, str]
 
@@ -52,10 +61,20 @@ class Rollout:
     bundle_hash: str = ""
     active: frozenset[str] | None = None
     grade: Grade | None = field(default=None, compare=False)
+    latency_s: float = field(default=0.0, compare=False)
+    replay: bool = field(default=False, compare=False)  # served from the journal, uncharged
 
     @property
     def passed(self) -> bool:
         return self.score >= 1.0
+
+    @property
+    def role_io(self) -> dict[str, list[RoleTurn]]:
+        """Each role's invocations in this run: input context, output, tool calls
+        (`lcb.optimize.graph.role_io`; roles that did not run are absent)."""
+        from lcb.optimize.graph import role_io
+
+        return role_io(self.team.transcript)
 
 
 @runtime_checkable
@@ -97,19 +116,68 @@ class OptimizeContext(Protocol):
         """`rollout` for each problem, concurrently (bounded); results in the order given."""
         ...
 
-    async def reflect(self, prompt: str, *, purpose: str) -> str:
+    async def reflect(self, prompt: str, *, purpose: str, temperature: float | None = None,
+                      max_tokens: int | None = None) -> str:
         """The reflection model's answer (think-stripped) to one user message `prompt`.
 
-        Uncharged; its calls and tokens are recorded under `purpose` in the ledger and history.
-        Raises `ReflectionError` when the reflection endpoint fails after retries.
+        Uncharged (kind "reflect"); `purpose` labels the call in `calls.jsonl.gz`. Sampling:
+        the reflection model's unless `temperature` / `max_tokens` are given. Raises
+        `ReflectionError` when the reflection endpoint fails after retries.
         """
+        ...
+
+    async def judge(self, prompt: str, *, purpose: str, temperature: float = 0.0,
+                    max_tokens: int | None = None) -> str:
+        """An LLM-judge answer from the reflection model (kind "judge"; greedy by default)."""
+        ...
+
+    async def probe(self, role: str, system_prompt: str, messages: Sequence[Mapping[str, str]],
+                    *, purpose: str, temperature: float | None = None,
+                    max_tokens: int | None = None) -> str:
+        """One single-agent call on the *task* model (kind "probe"): `system_prompt` (a
+        candidate prompt of `role`) then `messages` (`{"role": "user"|"assistant", "content"}`).
+        Uncharged; the task model's sampling unless overridden."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-length sentence embeddings of `texts` (`lcb.optimize.embed`)."""
+        ...
+
+    @property
+    def graph(self) -> TeamGraph:
+        """The team graph: roles, their edges, agent ids (`lcb.optimize.graph`)."""
         ...
 
     def record_candidate(self, bundle: Mapping[str, str], *, scores: Mapping[str, float],
                          note: str = "", iteration: int | None = None,
                          parent: str | None = None) -> None:
         """Append `bundle` with its `scores` (e.g. {"train": 0.4, "val_minibatch": 0.6}) to the
-        history, with the rollouts charged so far and the reflection usage so far."""
+        history, with the rollouts charged so far and the uncharged usage so far."""
+        ...
+
+    def record_proposal(self, bundle: Mapping[str, str], *, parent: str | None,
+                        roles: Sequence[str], accepted: bool,
+                        scores: Mapping[str, float] | None = None, scored_on: str | None = None,
+                        rejected_by: str | None = None, reason: str = "",
+                        iteration: int | None = None) -> None:
+        """Append one proposal to the history: the proposed bundle (even a rejected one), its
+        parent's hash, the role(s) it changed, where it was scored, and whether it was kept;
+        a rejected one names the stage (`minibatch`, `validator`, `gate`) and the reason."""
+        ...
+
+    def checkpoint(self, state: Mapping[str, object]) -> None:
+        """Save the method's JSON-able state after an iteration (with the ledger and the
+        artifacts' positions), atomically, so a rerun can `restore()` it."""
+        ...
+
+    def restore(self, *, fast_forward: bool = False) -> dict | None:
+        """The state of the last `checkpoint` of an interrupted run of this job, else None.
+
+        Without `fast_forward` nothing else changes: the method retraces its path from the
+        start (every journaled rollout and answer is served again) and may use the state to
+        check that it reached the same point. With `fast_forward` the ledger, the journal's
+        claimed rollouts, the uncharged calls' positions and the history move to the
+        checkpoint, for a method that resumes from the state instead of retracing."""
         ...
 
     def validate(self, bundle: Mapping[str, object]) -> Bundle:

@@ -6,6 +6,7 @@ greedy for the evaluations); the phase functions here state their own contracts.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from lcb.optimize.artifacts import (
     ScoreSummary,
     SelectionDecision,
     TestReport,
-    append_history,
     paired_outcomes,
     read_history,
     read_model,
@@ -33,9 +33,13 @@ from lcb.optimize.artifacts import (
 )
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.bundle import BundleError, bundle_hash, check_bundle
+from lcb.optimize.calls import CALLS_LOG, CallJournal, ModelCalls
+from lcb.optimize.context import CHECKPOINT_FILE, JobContext
 from lcb.optimize.evaluation import Evaluation, evaluate, score
+from lcb.optimize.jobcost import read_cost
+from lcb.optimize.journal import ABANDONED_LOG, ROLLOUT_LOG, TRANSCRIPTS
 from lcb.optimize.method import Optimizer
-from lcb.optimize.rollout import ROLLOUT_LOG, JobContext, Reflector
+from lcb.optimize.outcomes import Misconfigured
 from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
 from lcb.optimize.teamrun import TeamCell, TeamRunner
 from lcb.runs.rundir import now_iso, write_json
@@ -66,39 +70,58 @@ class Job:
 
 
 def runner(job: Job, runtime: TeamRuntime, pool: GradingPool, *, concurrency: int,
-           run_timeout_s: float) -> TeamRunner:
+           run_timeout_s: float, opt_tests: int | None = None) -> TeamRunner:
+    """`opt_tests` (optimize phase only): grade on the first k private tests (None: all)."""
     return TeamRunner(job.cell, runtime, pool, concurrency=concurrency,
-                      run_timeout_s=run_timeout_s)
+                      run_timeout_s=run_timeout_s, opt_tests=opt_tests)
+
+
+JOURNAL_FILES = (ROLLOUT_LOG, ABANDONED_LOG, TRANSCRIPTS, CALLS_LOG, CHECKPOINT_FILE,
+                 LEDGER_FILE)
 
 
 def _fresh_start(out: Path) -> None:
-    """Move a rollout log left by a discarded optimization aside (the history is moved by
-    `open_job_dir` when restarting)."""
-    old = out / ROLLOUT_LOG
-    if old.exists():
-        old.rename(old.with_name(f"rollouts.discarded.{now_iso().replace(':', '')}.jsonl"))
+    """Without a history the optimization starts over: the journal of a discarded one (moved
+    aside by `open_job_dir` when restarting) goes to `discarded-<time>/`, never reused."""
+    if (out / Artifact.HISTORY).exists():
+        return  # an interrupted optimization: resumed by replaying its journal
+    left = [out / name for name in JOURNAL_FILES if (out / name).exists()]
+    if left:
+        aside = out / f"discarded-{now_iso().replace(':', '')}"
+        aside.mkdir()
+        for path in left:
+            path.rename(aside / path.name)
 
 
 async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budget: int,
-                   reflection: ModelConfig) -> dict[str, str]:
+                       reflection: ModelConfig) -> dict[str, str]:
     """Run the method within `budget` charged rollouts; return (and record) its incumbent.
 
     Only train and validation rows are loaded. The history gets the seed bundle first and the
     validated incumbent last (kind "final"); a method's result that drops or adds a role, or is
-    otherwise invalid, raises `JobError` and leaves the optimization interrupted.
+    otherwise invalid, raises `JobError` and leaves the optimization interrupted. An
+    interrupted optimization is resumed: its journal is replayed (`lcb.optimize.context`).
     """
     _fresh_start(job.out)
     data = load_optimizer_data(job.splits, data=job.data, release=job.release)
     ledger = BudgetLedger(budget)
-    reflector = Reflector(reflection, ledger=ledger, optimizer_seed=job.optimizer_seed)
+    calls = ModelCalls(reflection=reflection, task=team.runtime.config, ledger=ledger,
+                       optimizer_seed=job.optimizer_seed, journal=CallJournal(job.out))
     ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, ledger=ledger,
-                     optimizer_seed=job.optimizer_seed, runner=team, reflector=reflector,
+                     optimizer_seed=job.optimizer_seed, runner=team, calls=calls,
                      job_dir=job.out)
+    if len(ctx.journal):
+        log.info("optimize: resuming; %d journaled rollout(s) are replayed without model calls",
+                 len(ctx.journal))
     ctx.record_candidate(job.seed_bundle, scores={}, note="seed bundle", iteration=0)
     try:
         incumbent = await optimizer.optimize(ctx)
+    except Misconfigured as exc:  # refunded: a rerun with a fixed endpoint runs them afresh
+        ctx.forget_refunded(exc)
+        write_json(job.out / LEDGER_FILE, ctx.ledger_state())
+        raise
     finally:
-        await reflector.aclose()
+        await calls.aclose()
     problems = check_bundle(incumbent, seed=job.seed_bundle)
     if problems:
         raise JobError(f"method {optimizer.key!r} returned an invalid bundle: "
@@ -106,13 +129,13 @@ async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budg
     incumbent = {role: incumbent[role] for role in job.seed_bundle}
     if ledger.charged > budget:  # the ledger makes this impossible; a bug must not pass quietly
         raise JobError(f"budget overshoot: {ledger.charged} rollouts charged of {budget}")
-    write_json(job.out / LEDGER_FILE, ledger.state())
-    append_history(job.out, HistoryEntry(kind="final", iteration=ctx.last_iteration,
-                                         bundle=incumbent, charged=ledger.charged,
-                                         uncharged=ledger.state()["uncharged"],
-                                         note=f"incumbent of {optimizer.key}"))
-    log.info("optimize: %d of %d rollouts charged; incumbent %s", ledger.charged, budget,
-             bundle_hash(incumbent))
+    write_json(job.out / LEDGER_FILE, ctx.ledger_state())
+    ctx.history.append(HistoryEntry(kind="final", iteration=ctx.last_iteration,
+                                    bundle=incumbent, charged=ledger.charged,
+                                    uncharged=ledger.state()["uncharged"],
+                                    note=f"incumbent of {optimizer.key}"))
+    log.info("optimize: %d of %d rollouts charged (%d replays free); incumbent %s",
+             ledger.charged, budget, ctx.replays, bundle_hash(incumbent))
     return incumbent
 
 
@@ -154,11 +177,21 @@ async def run_test(job: Job, team: TeamRunner) -> JobResult:
                         deployed_label=selection.deployed,
                         usage={"seed": _usage(seed_records), "deployed": _usage(deployed_records)})
     write_model(job.out / Artifact.TEST, report)
-    result = JobResult.from_items(items, deployed_label=selection.deployed)
+    result = JobResult.from_items(items, deployed_label=selection.deployed,
+                                  cost=_cost(job.out))
     write_model(job.out / Artifact.RESULT, result)
     log.info("test: baseline %.3f, deployed %.3f, delta %+.1f points", result.baseline,
              result.deployed, result.delta_points)
     return result
+
+
+def _cost(out: Path) -> dict[str, Any]:
+    """What the optimization spent (`lcb.optimize.jobcost`), for `result.json`."""
+    ledger = json.loads((out / LEDGER_FILE).read_text(encoding="utf-8"))
+    cost = read_cost(out, budget=int(ledger["total"]))
+    cost.pop("source", None)
+    return {**cost, "replays": int(ledger.get("replays", 0)),
+            "infra_failures": int(ledger.get("infra_failures", 0))}
 
 
 def _scores(bundle: Mapping[str, str], records: Mapping[str, Mapping[str, Any]]) -> ScoreSummary:

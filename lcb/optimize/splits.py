@@ -2,7 +2,9 @@
 
 The split rule (`make_splits`), deterministic for a given dataset:
 1. Usable rows: the rows `lcb.data.datasets.load_problems` decodes (rows it skips, e.g. without
-   private tests, are never in any split), in dataset order.
+   private tests, are never in any split), in dataset order. The eval-ID rows' private tests
+   are not decoded for this (`load_split_source`: `withhold` in `lcb.data.datasets`): such a
+   row is usable when it passes every other check and its private tests are non-blank text.
 2. Test: the eval IDs (`lcb.data.manifest.eval_ids()`, release_v1's first 50 rows) that are usable
    rows of the dataset, in manifest order. A dataset holding none of them (any other local
    file) uses the same rule as the eval IDs themselves: its first `n_test` usable rows.
@@ -14,7 +16,8 @@ Sizes: the standard 150 / 50 / 50. When the pool has fewer than 200 rows they sh
 standard 3 : 1 ratio: `n_val = max(1, round(pool / 4))`, `n_train = pool - n_val` (at least
 two pool rows are needed). When the eval IDs are absent, `n_test = min(50, max(1, round(N / 5)))`
 for N usable rows (a fifth, as 50 of 250). Halves round up. The split file records the rule,
-the seed and the sizes.
+the seed and the sizes, and `source`: the load's source (for the hub: `repo`, `release` and
+the resolved commit `revision`) plus `rows` (rows read) and `usable` (rows split).
 
 Guards:
 - `OptimizerData` holds train and validation problems only; asking it for any other id, or
@@ -22,19 +25,27 @@ Guards:
   ids (`Selection(only=...)`), so test rows are never even decoded in the optimize phase.
 - `load_test_problems(splits, job_dir=...)` loads the test split only after the job's
   `selection.json` exists and is a sealed, valid selection (`lcb.optimize.artifacts`);
-  otherwise it raises `SelectionNotSealed`.
+  otherwise it raises `SelectionNotSealed`. A test row the data no longer yields as usable
+  raises `SplitError` (the test split is never silently smaller than the file says).
+- `check_source(splits, source)`: splits computed from the hub are only used on the same hub
+  data: when both the split's recorded source and `source` are hub sources, their `repo`,
+  `release` and `revision` must match, else `SourceMismatch` names both and how to fix it.
+  Both loaders above apply it to the source they just loaded, so a job learns the revision it
+  runs on at no extra cost; splits without a recorded hub source are not checked.
+  `check_hub_revision(splits, release=)` applies it before a new hub job does any work.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lcb.data.datasets import Loaded, Selection, load_problems
+from lcb.data.hub import REVISION_ENV, fetch_release
 from lcb.data.manifest import MANIFEST_PATH, eval_ids
 from lcb.data.problems import Problem
 from lcb.optimize.artifacts import STANDARD_SPLIT_SIZES, ArtifactError, read_selection
@@ -52,6 +63,10 @@ SPLIT_NAMES = ("train", "validation", "test")
 
 class SplitError(ValueError):
     """A dataset too small to split, or a malformed split file (the message names it)."""
+
+
+class SourceMismatch(SplitError):
+    """Splits computed from other hub data (repo, release or revision) than the job loads."""
 
 
 class SplitLeak(PermissionError):
@@ -177,11 +192,55 @@ def make_splits(ids: Sequence[str], *, test_ids: Sequence[str] | None = None,
                   excluded=tuple(excluded))
 
 
+def load_split_source(data: str | None = None, *, release: str = "release_v1",
+                      revision: str | None = None, strict: bool = False) -> Loaded:
+    """Every row of `data`, the eval-ID rows without decoding their private tests."""
+    return load_problems(data, release=release, revision=revision, strict=strict,
+                         withhold=eval_ids())
+
+
 def splits_from_loaded(loaded: Loaded, *, test_ids: Sequence[str] | None = None) -> Splits:
-    """The splits of a whole loaded dataset; skipped rows are listed as excluded."""
+    """The splits of a whole loaded dataset; skipped rows are listed as excluded.
+
+    Withheld rows (`loaded.withheld`) are usable rows that must land in the test split.
+    """
     excluded = [{"row_id": s.row_id, "reason": s.reason} for s in loaded.skipped]
-    return make_splits([p.id for p in loaded.problems], test_ids=test_ids,
-                       source=loaded.source, excluded=excluded)
+    ids = [p.id for p in loaded.problems] + loaded.withheld
+    source = {**loaded.source, "rows": len(ids) + len(excluded), "usable": len(ids)}
+    splits = make_splits(ids, test_ids=test_ids, source=source, excluded=excluded)
+    stray = [i for i in loaded.withheld if i not in splits.test]
+    if stray:
+        raise SplitError(f"row(s) {stray[:5]} were loaded without their private tests but are "
+                         "not test rows: load the data with withhold= the test IDs")
+    return splits
+
+
+def check_source(splits: Splits, source: Mapping[str, Any]) -> None:
+    """Refuse `source` (a load's) unless it is the hub data the splits were computed from."""
+    recorded = splits.source
+    if recorded.get("kind") != "hub" or source.get("kind") != "hub":
+        return
+    for name in ("repo", "release", "revision"):
+        if name in recorded and recorded[name] != source.get(name):
+            raise SourceMismatch(_mismatch(name, recorded, source))
+
+
+def check_hub_revision(splits: Splits, *, release: str = "release_v1") -> None:
+    """`check_source` against what the default hub source resolves to now, before a job's
+    first load (the fetch finds, or downloads once, the files its optimize phase reads)."""
+    if splits.source.get("kind") == "hub":
+        check_source(splits, fetch_release(release).source)
+
+
+def _mismatch(name: str, recorded: Mapping[str, Any], source: Mapping[str, Any]) -> str:
+    was, now = recorded[name], source.get(name)
+    data = f"{recorded.get('repo')} {recorded.get('release')}"
+    flag = {"revision": f"${REVISION_ENV}={was}", "release": f"--release {was}",
+            "repo": f"--data {was}"}[name]
+    return (f"the splits were computed from hub data {data} at {name} {was}, but this job "
+            f"loads {name} {now}: recompute them with `lcb splits` (or pass --splits FILE "
+            f"made from {name} {now}; a job already started keeps its splits, so use a fresh "
+            f"--out), or run on the data they were made from with {flag}")
 
 
 class OptimizerData:
@@ -221,16 +280,17 @@ def _round_half_up(numerator: int, denominator: int) -> int:
     return (2 * numerator + denominator) // (2 * denominator)
 
 
-def _load_ids(ids: Sequence[str], data: str | None, release: str) -> list[Problem]:
+def _load_ids(splits: Splits, ids: Sequence[str], data: str | None, release: str) -> Loaded:
     loaded = load_problems(data, release=release, selection=Selection(only=tuple(ids)))
-    return loaded.problems
+    check_source(splits, loaded.source)
+    return loaded
 
 
 def load_optimizer_data(splits: Splits, *, data: str | None = None,
                         release: str = "release_v1") -> OptimizerData:
     """Load the train and validation rows only (test rows are not read)."""
     ids = splits.train + splits.validation
-    return OptimizerData(splits, _load_ids(ids, data, release))
+    return OptimizerData(splits, _load_ids(splits, ids, data, release).problems)
 
 
 def load_test_problems(splits: Splits, *, job_dir: Path, data: str | None = None,
@@ -241,4 +301,12 @@ def load_test_problems(splits: Splits, *, job_dir: Path, data: str | None = None
     except ArtifactError as exc:
         raise SelectionNotSealed(f"the test split stays closed until the selection is sealed: "
                                  f"{exc}") from None
-    return _load_ids(splits.test, data, release)
+    loaded = _load_ids(splits, splits.test, data, release)
+    found = {problem.id for problem in loaded.problems}
+    missing = [i for i in splits.test if i not in found]
+    if missing:
+        why = {entry.row_id: entry.reason for entry in loaded.skipped}
+        shown = "; ".join(f"{i}: {why.get(i, 'not found')}" for i in missing[:3])
+        raise SplitError(f"{len(missing)} test row(s) of the split file are not usable in the "
+                         f"data ({shown}): was the split file made from another dataset?")
+    return loaded.problems

@@ -5,29 +5,43 @@ Contract:
   prompt slots (`roles`) and agent ids (`agents`). Unknown topologies, sizes or formats raise
   `ValueError` naming the bad value, at construction.
 - `TeamRunner.attempt(bundle, problem, seed=..., active=...)` runs the team once with `bundle`
-  and run seed `seed`, then grades the submitted program on the hidden tests, fail-fast, in a
-  `GradingPool`. It returns a `Rollout`, or raises `InfraFailure` when infrastructure (not the
-  answer) failed: the team's error (model endpoint failing after the client's retries, a team
-  crash), a run with no model call, the whole-run timeout, or an exception in the grader. A
-  missing, wrong or malformed program is a `Rollout` with score 0 and the reason in `feedback`.
+  and run seed `seed`, then grades the submitted program on the hidden tests, fail-fast (only
+  the first `opt_tests` of them when the runner has `opt_tests`; the feedback then says "k of N"),
+  through a `GradeCache` (an identical program on the same tests is graded once per runner).
+  It returns a `Rollout`, or raises:
+  * `InfraFailure` when infrastructure (not the answer) failed: the team's error (model
+    endpoint failing after the client's retries, a team crash), a run with no model call that
+    no mask explains, the whole-run timeout, or an exception in the grader. It carries the
+    tokens the attempt spent (`usage`). When only grading failed, the team run is kept
+    (`kept=True`) and the next attempt with the same (bundle, problem, seed, mask) grades it
+    again instead of running the team again;
+  * `Refused` (`lcb.optimize.outcomes`) when the server refused the team's request as malformed
+    or too long (HTTP 400): it carries the usable rollout (score 0, feedback naming the cause,
+    e.g. "prompt exceeded the model's context: N tokens").
+  A missing, wrong or malformed program is a `Rollout` with score 0 and the reason in
+  `feedback`; so is a masked team that ran no agent (an empty coalition, centralized without its
+  manager): an abstaining team, no model call, nothing graded.
 - At most `concurrency` attempts run at once (team and grading together).
-- `TeamRunner.uncharged(...)` is the evaluation path: the same attempt, retried with the same
-  seed `INFRA_RETRIES` more times; after that it returns `Failed` instead of raising.
+- `TeamRunner.uncharged(...)` is the evaluation path: the same attempt on every hidden test
+  (never `opt_tests`), retried with the same seed `INFRA_RETRIES` more times; after that it
+  returns `Failed` instead of raising. A refused request comes back as its (usable) rollout.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
-from lcb.data.problems import Problem
+from lcb.data.problems import Problem, Test
 from lcb.grading import Grade, GradingPool
-from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, infra_reason
+from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, Refused, infra_reason
 from lcb.optimize.bundle import bundle_hash
+from lcb.optimize.gradecache import GradeCache, GradeSettings
 from lcb.optimize.method import Rollout
-from lcb.teams import TEAMS, TeamResult, TeamRuntime, solve
+from lcb.optimize.outcomes import refusal_feedback
+from lcb.teams import TEAMS, TeamContext, TeamResult, TeamRuntime, solve_in
 from lcb.teams import single as single_team
 from lcb.teams.formats import parse_format
 from lcb.teams.layouts import team_layout
@@ -89,18 +103,49 @@ class Failed:
     tries: int
 
 
-def feedback_text(result: TeamResult, grade: Grade | None) -> str:
-    """What a reflective method reads about one graded run ("" when it passed)."""
+def usage_of(result: TeamResult) -> dict[str, int]:
+    """The tokens and answered calls of one team run (what `InfraFailure.usage` carries)."""
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "n_llm_calls": result.n_llm_calls}
+
+
+def refusal_of(outcome: Rollout | Failed) -> str | None:
+    """The server's words when it refused the run's request (a usable, failed rollout), else
+    None. For a journaled rollout replayed through the ledger:
+    `ledger.commit_replayed(rollout.problem_id, refusal=refusal_of(rollout))`."""
+    if isinstance(outcome, Failed) or outcome.team.error_kind != "bad_request":
+        return None
+    return outcome.team.server_message or outcome.team.error or ""
+
+
+def abstained(result: TeamResult, active: frozenset[str] | None) -> bool:
+    """A masked team whose mask left no agent to run: no call, no error, no agent ran."""
+    return (active is not None and result.error is None and result.n_llm_calls == 0
+            and not result.fields.get("agents_ran"))
+
+
+def abstention_feedback(active: frozenset[str]) -> str:
+    members = ", ".join(sorted(active))
+    return (f"the coalition {{{members}}} made no call (abstaining team): no agent of the mask "
+            "could answer, so nothing was submitted or graded")
+
+
+def feedback_text(result: TeamResult, grade: Grade | None, *,
+                  tests_of: tuple[int, int] | None = None) -> str:
+    """What a reflective method reads about one graded run ("" when it passed). `tests_of` =
+    (k, N) notes that only the first k of the N hidden tests were graded."""
     if grade is None:
         return ("no program: the team's final answer held no complete ```python code block, "
                 "so nothing was graded")
     if grade.em:
         return ""
+    note = [f"(optimization grades the first {tests_of[0]} of {tests_of[1]} hidden tests)"
+            ] if tests_of else []
     fb = grade.feedback
     if fb is None:
-        return f"failed: {grade.passed} of {grade.total} hidden tests passed"
+        return "\n".join([f"failed: {grade.passed} of {grade.total} hidden tests passed", *note])
     lines = [f"hidden test {fb.test_index + 1} of {grade.total} failed: {fb.verdict.value} "
-             f"({grade.passed} passed before it)",
+             f"({grade.passed} passed before it)", *note,
              f"input:\n{fb.input}", f"expected output:\n{fb.expected}"]
     if fb.actual:
         lines.append(f"program output:\n{fb.actual}")
@@ -109,62 +154,128 @@ def feedback_text(result: TeamResult, grade: Grade | None) -> str:
     return "\n".join(lines)
 
 
+def check_mask(cell: TeamCell, active: frozenset[str] | None) -> None:
+    """A mask naming an agent the cell lacks is a configuration error: raise at once."""
+    unknown = sorted(set(active or ()) - set(cell.agents))
+    if unknown:
+        raise ValueError(f"unknown agent id(s) {unknown} in the mask; the {cell.topology} team's "
+                         f"agents: {', '.join(cell.agents)}")
+
+
 async def run_team(cell: TeamCell, problem: Problem, runtime: TeamRuntime, *,
-                   bundle: Mapping[str, str], seed: int,
-                   active: frozenset[str] | None = None) -> TeamResult:
-    """One run of `cell`'s team; per-problem failures come back in `TeamResult.error`."""
-    if cell.is_single and active is not None and set(active) != {"solver"}:
-        raise ValueError(f"the single team cannot be masked to {sorted(active)}")
-    options = None if cell.is_single else cell.options(active)
-    return await solve(cell.topology, problem, runtime, bundle=bundle, seed=seed,
-                       options=options)
+                   bundle: Mapping[str, str], seed: int, active: frozenset[str] | None = None,
+                   timeout_s: float | None = None) -> TeamResult:
+    """One run of `cell`'s team; per-problem failures come back in `TeamResult.error`. Past
+    `timeout_s` it raises `InfraFailure` carrying the tokens spent so far."""
+    check_mask(cell, active)
+    if cell.is_single:  # its only option is the mask (it abstains without its solver)
+        options = None if active is None else TeamOptions(active=active)
+    else:
+        options = cell.options(active)
+    ctx = TeamContext(problem=problem, team=cell.topology, runtime=runtime, seed=seed)
+    try:
+        return await asyncio.wait_for(solve_in(ctx, bundle=bundle, options=options),
+                                      timeout=timeout_s)
+    except TimeoutError:
+        spent = ctx.result(code=None, final_text="", transcript=[])
+        raise InfraFailure(f"team run timed out after {timeout_s:g}s",
+                           usage=usage_of(spent)) from None
 
 
 class TeamRunner:
     """Runs and grades teams of one cell on one runtime (see the module docstring)."""
 
     def __init__(self, cell: TeamCell, runtime: TeamRuntime, pool: GradingPool, *,
-                 concurrency: int = 4, run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S) -> None:
+                 concurrency: int = 4, run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
+                 opt_tests: int | None = None, grading: GradeSettings | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if opt_tests is not None and (isinstance(opt_tests, bool) or opt_tests < 1):
+            raise ValueError(f"opt_tests must be a positive number of tests, got {opt_tests!r}")
         self.cell, self.runtime, self.pool = cell, runtime, pool
-        self.run_timeout_s = run_timeout_s
+        self.run_timeout_s, self.opt_tests, self.concurrency = run_timeout_s, opt_tests, concurrency
+        self.grades = GradeCache(pool, grading)
         self._slots = asyncio.Semaphore(concurrency)
+        self._kept: dict[tuple, TeamResult] = {}  # team runs whose grading failed
 
     async def attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
                       iteration: int = 0, active: frozenset[str] | None = None) -> Rollout:
-        """One graded run; raises `InfraFailure` when it is not usable (module docstring)."""
+        """One graded run (the first `opt_tests` hidden tests); raises `InfraFailure` or
+        `Refused` as the module docstring says."""
+        return await self._attempt(bundle, problem, seed=seed, iteration=iteration,
+                                   active=active, limit=self.opt_tests)
+
+    async def _attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
+                       iteration: int, active: frozenset[str] | None,
+                       limit: int | None) -> Rollout:
+        key = (bundle_hash(bundle), problem.id, seed, active)
         async with self._slots:
-            try:
-                result = await asyncio.wait_for(
-                    run_team(self.cell, problem, self.runtime, bundle=bundle, seed=seed,
-                             active=active), timeout=self.run_timeout_s)
-            except TimeoutError:
-                raise InfraFailure(f"team run timed out after {self.run_timeout_s:g}s") from None
+            result = self._kept.pop(key, None)  # graded again, not run again
+            if result is None:
+                result = await run_team(self.cell, problem, self.runtime, bundle=bundle,
+                                        seed=seed, active=active, timeout_s=self.run_timeout_s)
+            done = dict(problem_id=problem.id, team=result, seed=seed, iteration=iteration,
+                        bundle_hash=key[0], active=active)
+            if abstained(result, active):
+                return Rollout(score=0.0, feedback=abstention_feedback(active or frozenset()),
+                               **done)
+            if result.error_kind == "bad_request":
+                rollout = Rollout(score=0.0, feedback="", **done)
+                message = refusal_of(rollout) or ""
+                raise Refused(message, result=replace(rollout, feedback=refusal_feedback(message)),
+                              row=problem.id)
             reason = infra_reason(error=result.error, n_llm_calls=result.n_llm_calls)
             if reason:
-                raise InfraFailure(reason)
-            grade = await self._grade(problem, result)
-        return Rollout(problem_id=problem.id, score=float(grade.em) if grade else 0.0,
-                       feedback=feedback_text(result, grade), team=result, seed=seed,
-                       iteration=iteration, bundle_hash=bundle_hash(bundle), active=active,
-                       grade=grade)
+                raise InfraFailure(reason, usage=usage_of(result))
+            tests, tests_of = self._tests(problem, limit)
+            grade = await self._grade(problem, result, tests=tests, key=key)
+        return Rollout(score=float(grade.em) if grade else 0.0,
+                       feedback=feedback_text(result, grade, tests_of=tests_of), grade=grade,
+                       **done)
 
-    async def _grade(self, problem: Problem, result: TeamResult) -> Grade | None:
+    @staticmethod
+    def _tests(problem: Problem, limit: int | None
+               ) -> tuple[tuple[Test, ...] | None, tuple[int, int] | None]:
+        """(tests to grade, None: all; the (k, N) note when only k of N are graded)."""
+        total = len(problem.hidden_tests)
+        if limit is None or limit >= total:
+            return None, None
+        return problem.hidden_tests[:limit], (limit, total)
+
+    async def _grade(self, problem: Problem, result: TeamResult, *,
+                     tests: tuple[Test, ...] | None, key: tuple) -> Grade | None:
         if not result.code:
             return None
         try:
-            return await self.pool.grade(problem, result.code)
+            return await self.grades.grade(problem, result.code, tests=tests)
         except Exception as exc:  # noqa: BLE001 - the grader's failure is infrastructure
-            raise InfraFailure(f"grading failed: {type(exc).__name__}: {exc}") from exc
+            self._kept[key] = result
+            raise InfraFailure(f"grading failed: {type(exc).__name__}: {exc}",
+                               usage=usage_of(result), kept=True) from exc
 
-    async def uncharged(self, bundle: Mapping[str, str], problem: Problem, *,
-                        seed: int) -> Rollout | Failed:
-        """An evaluation run: retried with the same seed on `InfraFailure`, never raising it."""
-        error = ""
+    async def uncharged(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
+                        spent: dict[str, int] | None = None) -> Rollout | Failed:
+        """An evaluation run on every hidden test: retried with the same seed on
+        `InfraFailure`, never raising it; a refused request is its usable rollout. The tokens
+        of failed tries are added to `spent` (keys of `usage_of`) when given."""
+        spent = {} if spent is None else spent
+        failure: InfraFailure | None = None
         for _ in range(1 + INFRA_RETRIES):
             try:
-                return await self.attempt(bundle, problem, seed=seed)
+                return await self._attempt(bundle, problem, seed=seed, iteration=0,
+                                           active=None, limit=None)
+            except Refused as exc:
+                return exc.result
             except InfraFailure as exc:
-                error = str(exc)
-        return Failed(problem.id, seed, error, 1 + INFRA_RETRIES)
+                failure = exc
+                if not exc.kept:  # a kept run's tokens count only if it is given up
+                    _add_usage(spent, exc.usage)
+        assert failure is not None
+        if failure.kept:
+            _add_usage(spent, failure.usage)
+        return Failed(problem.id, seed, str(failure), 1 + INFRA_RETRIES)
+
+
+def _add_usage(into: dict[str, int], usage: Mapping[str, int]) -> None:
+    for key, value in usage.items():
+        into[key] = into.get(key, 0) + int(value)

@@ -10,6 +10,10 @@ Contract:
 - `AgentSpec` describes one agent (id, role, system prompt, tools, turn cap); multi-agent teams
   make several from one role (`coder_0`, `coder_1`, ...) and run them with `lcb.teams.agent`.
 - `TeamResult` is what a team returns; `TeamContext.result(...)` fills in the usage fields.
+  When the run failed (`error` set) and every model call that failed was refused by the server
+  as malformed or too long (HTTP 400/413/422, `ModelCallError.bad_request`), it sets
+  `error_kind="bad_request"` and `server_message` (the first refusal's words): the request, not
+  the infrastructure, was at fault. Any other failure leaves `error_kind` None.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
-from lcb.agents.llm import ModelGateway, request_seed
+from lcb.agents.llm import ModelCallError, ModelGateway, request_seed
 from lcb.agents.models import ModelConfig
 from lcb.agents.prompts import load_role_prompt, with_contract
 from lcb.agents.tools import make_python_exec
@@ -31,11 +35,13 @@ from lcb.agents.usage import CallTag, UsageLedger
 from lcb.data.problems import Problem
 
 DEFAULT_MAX_TURNS = 8
+ErrorKind = Literal["bad_request"]
 
 
 @dataclass
 class TeamResult:
-    """The outcome of one team run. `error` marks a per-problem failure (em 0 in the record)."""
+    """The outcome of one team run. `error` marks a per-problem failure (em 0 in the record);
+    `error_kind` / `server_message` say when the server refused the request (module doc)."""
 
     code: str | None
     final_text: str
@@ -47,6 +53,8 @@ class TeamResult:
     usage_by_role: dict[str, dict]
     fields: dict
     error: str | None = None
+    error_kind: ErrorKind | None = None
+    server_message: str | None = None
 
     @classmethod
     def failed(cls, error: str) -> TeamResult:
@@ -122,9 +130,11 @@ class TeamContext:
     runtime: TeamRuntime
     seed: int = 0
     ledger: UsageLedger = field(init=False)
+    call_errors: list[ModelCallError] = field(init=False)
 
     def __post_init__(self) -> None:
         self.ledger = UsageLedger(parent=self.runtime.usage)
+        self.call_errors = []
 
     def request_seed(self, agent: str, turn: int) -> int | None:
         """The seed sent with `agent`'s call at `turn`; None when the config sends no seeds."""
@@ -138,10 +148,14 @@ class TeamContext:
     ) -> AIMessage:
         """One model call for `spec` at `turn`, through the runtime's gateway."""
         tag = CallTag(self.problem.id, self.team, spec.role, spec.agent, turn)
-        return await self.runtime.gateway.call(
-            messages, tag=tag, ledger=self.ledger, tools=spec.tools,
-            seed=self.request_seed(spec.agent, turn),
-        )
+        try:
+            return await self.runtime.gateway.call(
+                messages, tag=tag, ledger=self.ledger, tools=spec.tools,
+                seed=self.request_seed(spec.agent, turn),
+            )
+        except ModelCallError as err:
+            self.call_errors.append(err)  # the agent loop keeps only the text; the kind is here
+            raise
 
     def system_prompt(self, role: str, bundle: Mapping[str, str] | None = None) -> str:
         """`role`'s prompt (from `bundle`, else the seed file of this team) + output contract."""
@@ -157,8 +171,11 @@ class TeamContext:
         fields: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> TeamResult:
-        """A `TeamResult` whose usage fields come from this run's ledger."""
+        """A `TeamResult` whose usage fields come from this run's ledger (and, for a failed
+        run, the kind of failure from its failed model calls)."""
         total = self.ledger.total()
+        refused = bool(error) and bool(self.call_errors) and all(
+            err.bad_request for err in self.call_errors)
         return TeamResult(
             code=code,
             final_text=final_text,
@@ -170,4 +187,6 @@ class TeamContext:
             usage_by_role=self.ledger.by_role(),
             fields=dict(fields or {}),
             error=error,
+            error_kind="bad_request" if refused else None,
+            server_message=self.call_errors[0].server_message if refused else None,
         )

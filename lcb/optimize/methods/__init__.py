@@ -1,13 +1,24 @@
 """The optimizer registry: method key -> factory (see `lcb.optimize.method` for the contract).
 
-One module per method; registering a method is one line here. `get_optimizer(key)` is how the
-job finds one, and raises `UnknownMethod` (a ValueError) naming the known keys.
+One module per method; registering a method is one line here. A method module with settings
+exposes `SETTINGS = <its settings dataclass>` (`lcb.optimize.settings`).
+- `resolve_settings(key, overrides)`: the method's full settings (defaults included) as a JSON
+  dict, with `overrides` (`--set` pairs, dotted keys for nested fields) checked and applied.
+- `get_optimizer(key, **settings)` builds the method from such settings (full or partial;
+  nested dataclasses from nested dicts) and hands the factory its typed top-level fields.
+Both raise `UnknownMethod` (a ValueError) naming the known keys for an unknown key, and
+`SettingsError` (a ValueError) naming a bad setting.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 from lcb.optimize.method import Optimizer, OptimizerFactory
 from lcb.optimize.methods import gepa_method, identity, mipro_method
+from lcb.optimize.settings import build, resolve, settings_class
 
 OPTIMIZERS: dict[str, OptimizerFactory] = {
     identity.KEY: identity.make,
@@ -20,10 +31,29 @@ class UnknownMethod(ValueError):
     """A method key that is not in `OPTIMIZERS`."""
 
 
-def get_optimizer(key: str, **settings: object) -> Optimizer:
-    """Build the optimizer registered under `key` with its keyword `settings`."""
+def _factory(key: str) -> OptimizerFactory:
     factory = OPTIMIZERS.get(key)
     if factory is None:
         known = ", ".join(sorted(OPTIMIZERS))
         raise UnknownMethod(f"unknown optimizer method {key!r}; known: {known}")
-    return factory(**settings)
+    return factory
+
+
+def resolve_settings(key: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The full settings of method `key` with `overrides` applied (the method's defaults when
+    none): what `job.json` records as `method_settings`."""
+    return resolve(settings_class(_factory(key)), overrides or {}, method=key)
+
+
+def get_optimizer(key: str, **settings: Any) -> Optimizer:
+    """Build the optimizer registered under `key` with its keyword `settings`."""
+    factory = _factory(key)
+    if not settings:
+        return factory()
+    cls = settings_class(factory)
+    if cls is None:
+        resolve(None, settings, method=key)  # raises: the method takes no settings
+    resolved = resolve(cls, settings, method=key)  # checks every key and value
+    built = build(cls, resolved)
+    return factory(**{field.name: getattr(built, field.name)
+                      for field in dataclasses.fields(built) if field.init})

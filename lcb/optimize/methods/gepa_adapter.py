@@ -2,21 +2,28 @@
 
 Contract (gepa's `GEPAAdapter` protocol; everything here runs in gepa's worker thread and
 reaches the job's event loop through a `LoopBridge`):
-- `evaluate(batch, candidate, capture_traces)` runs each problem of `batch` through the whole
-  team with `candidate` via `ctx.rollouts` (charged). Before it starts a batch it checks that
-  the ledger can pay for all of it, and raises `BudgetSpent` otherwise, so no evaluation is
-  ever cut in half. A rollout lost to infrastructure (None while budget remains) scores 0 and
-  is not counted as a metric call. Trajectories are `Trace(problem, rollout)`.
+- `evaluate(batch, candidate, capture_traces)` runs each distinct problem of `batch` once
+  through the whole team with `candidate` via `ctx.rollouts`. Trajectories are
+  `Trace(problem, rollout)`; a rollout lost to infrastructure (None while budget remains)
+  scores 0 and is not a metric call.
+- Spend is counted along gepa's path, not read off the ledger: `spent` is the number of
+  distinct rollouts (bundle, row, iteration) this run has been given. Each was charged once,
+  now or by the interrupted run a resumed job retraces (the job's context serves those from
+  its journal; a repeat within this run is a free replay). So `remaining` (the budget minus
+  `spent`, never more than the ledger has) is the same at every step of a retrace as it was
+  the first time, and gepa takes the same decisions. Before a batch, the rollouts it does not
+  already hold must fit in `remaining`, else `BudgetSpent`: no evaluation is cut in half.
 - `make_reflective_dataset` gives each requested role records of that role's slice of the
-  transcript (clipped per message) with the grader's verdict and feedback, failures first, at
-  most `records_per_reflection` of them.
+  transcript (`reflection.role_slice`) with the grader's verdict and feedback, failures
+  first, at most `records_per_reflection` of them.
 - `propose_new_texts` asks `ctx.reflect` with our prompt (`reflection.proposal_prompt`) and
   keeps a proposal only when its markers are complete and `ctx.validate` accepts the bundle
-  with it; a rejected proposal is logged and counted, never adopted. A `ReflectionError` is
-  kept in `fatal` (the method's stopper then ends the run and the method re-raises it).
-- `Recorder` is a gepa callback: it tracks the iteration (part of every request seed),
-  records every candidate that gets a full validation score (`ctx.record_candidate`) and
-  remembers the best one (highest mean, earliest on ties: gepa's own rule).
+  with it. Any other proposal (truncated, invalid, or the current text again) is recorded
+  with `ctx.record_proposal(..., rejected_by="validator", reason=...)` and never adopted.
+  Any exception while proposing (a `ReflectionError` above all) is kept in `fatal` and raised
+  again on a later proposal (gepa would retry a failed reflection and go on); the method's
+  stopper then ends the run and the method re-raises it. So is an exception from a rollout
+  (`Misconfigured`, a team crash).
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from gepa.core.adapter import EvaluationBatch
 from lcb.agents.prompts import placeholders_in
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash
-from lcb.optimize.method import OptimizeContext, ReflectionError, Rollout
+from lcb.optimize.method import OptimizeContext, Rollout
 from lcb.optimize.methods.reflection import (
+    BEGIN_MARK,
     LoopBridge,
     ReflectionSettings,
     clip,
@@ -46,7 +54,7 @@ log = logging.getLogger(__name__)
 
 
 class BudgetSpent(Exception):
-    """The ledger cannot pay for the next evaluation: the optimization ends here."""
+    """The budget cannot pay for the next evaluation: the optimization ends here."""
 
 
 @dataclass(frozen=True)
@@ -66,26 +74,45 @@ class LcbAdapter:
         self.bridge = bridge
         self.settings = settings or ReflectionSettings()
         self.iteration = 0
+        self.paid: set[tuple[str, str, int]] = set()  # (bundle hash, row, iteration) given
         self.rejected: list[str] = []
         self.proposed = 0
         self.fatal: BaseException | None = None
 
+    # --- budget along the path --------------------------------------------------------
+    @property
+    def spent(self) -> int:
+        return len(self.paid)
+
+    @property
+    def remaining(self) -> int:
+        return min(self.ctx.ledger.total - self.spent, self.ctx.ledger.available)
+
     # --- evaluation -------------------------------------------------------------------
     def evaluate(self, batch: list[Problem], candidate: dict[str, str],
                  capture_traces: bool = False) -> EvaluationBatch:
-        available = self.ctx.ledger.available
-        if available < len(batch):
-            raise BudgetSpent(f"{available} rollout(s) left, an evaluation needs {len(batch)}")
-        rollouts = self.bridge.run(
-            self.ctx.rollouts(dict(candidate), list(batch), iteration=self.iteration))
+        digest = bundle_hash(candidate)
+        distinct = list({problem.id: problem for problem in batch}.values())
+        new = [p for p in distinct if (digest, p.id, self.iteration) not in self.paid]
+        if len(new) > self.remaining:
+            raise BudgetSpent(f"{self.remaining} rollout(s) left, an evaluation needs {len(new)}")
+        try:
+            rollouts = self.bridge.run(
+                self.ctx.rollouts(dict(candidate), distinct, iteration=self.iteration))
+        except Exception as exc:  # a misconfigured endpoint, a team crash: the run ends
+            self.fatal = self.fatal or exc
+            raise
+        by_id = dict(zip((p.id for p in distinct), rollouts, strict=True))
+        self.paid.update((digest, pid, self.iteration) for pid, r in by_id.items()
+                         if r is not None)
         if any(r is None for r in rollouts) and self.ctx.ledger.available == 0:
             raise BudgetSpent("the budget ran out during an evaluation")
-        traces = [Trace(problem, rollout) for problem, rollout in zip(batch, rollouts, strict=True)]
+        traces = [Trace(problem, by_id[problem.id]) for problem in batch]
         return EvaluationBatch(
             outputs=traces,
-            scores=[r.score if r is not None else 0.0 for r in rollouts],
+            scores=[t.rollout.score if t.rollout is not None else 0.0 for t in traces],
             trajectories=traces if capture_traces else None,
-            num_metric_calls=sum(r is not None for r in rollouts),
+            num_metric_calls=sum(t.rollout is not None for t in traces),
         )
 
     # --- reflection -------------------------------------------------------------------
@@ -112,14 +139,19 @@ class LcbAdapter:
     def propose_new_texts(self, candidate: dict[str, str],
                           reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                           components_to_update: list[str]) -> dict[str, str]:
+        if self.fatal is not None:  # gepa retries a failed reflection: do not ask again
+            raise self.fatal
         new_texts: dict[str, str] = {}
-        for role in components_to_update:
-            records = [dict(r) for r in reflective_dataset.get(role, [])]
-            if not records:
-                continue
-            text = self._propose_one(candidate, role, records)
-            if text is not None and text != candidate[role]:
-                new_texts[role] = text
+        try:
+            for role in components_to_update:
+                records = [dict(r) for r in reflective_dataset.get(role, [])]
+                if records:
+                    text = self._propose_one(candidate, role, records)
+                    if text is not None:
+                        new_texts[role] = text
+        except Exception as exc:  # gepa would log it and go on: end the run instead
+            self.fatal = exc
+            raise
         return new_texts
 
     def _propose_one(self, candidate: Mapping[str, str], role: str,
@@ -127,58 +159,31 @@ class LcbAdapter:
         prompt = proposal_prompt(
             topology=self.ctx.topology, role=role, current=candidate[role], records=records,
             placeholders=sorted(placeholders_in(self.ctx.seed_bundle[role])))
-        try:
-            reply = self.bridge.run(self.ctx.reflect(prompt, purpose=f"gepa:reflect:{role}"))
-        except ReflectionError as err:
-            self.fatal = err
-            raise
+        reply = self.bridge.run(self.ctx.reflect(prompt, purpose=f"gepa:reflect:{role}"))
         self.proposed += 1
         text = parse_proposal(reply)
         if text is None:
-            return self._reject(role, "the reply has no complete marked prompt (truncated?)")
+            return self._reject(candidate, role, _unfinished(reply),
+                                "the reply has no complete marked prompt (truncated?)")
         try:
-            checked = self.ctx.validate({**candidate, role: text})
+            checked = self.ctx.validate({**candidate, role: text})[role]
         except BundleError as err:
-            return self._reject(role, str(err))
-        return checked[role]
+            return self._reject(candidate, role, text, str(err))
+        if checked == candidate[role]:
+            return self._reject(candidate, role, checked, "the proposal is the current text")
+        return checked
 
-    def _reject(self, role: str, reason: str) -> None:
+    def _reject(self, candidate: Mapping[str, str], role: str, text: str, reason: str) -> None:
         self.rejected.append(f"{role}: {reason}")
         log.warning("gepa: proposal for role %r rejected: %s", role, reason)
+        self.bridge.call(self.ctx.record_proposal, {**candidate, role: text},
+                         parent=bundle_hash(candidate), roles=[role], accepted=False,
+                         rejected_by="validator", reason=reason, iteration=self.iteration)
         return None
 
 
-@dataclass
-class Best:
-    """The best fully evaluated candidate so far."""
-
-    bundle: dict[str, str]
-    score: float
-
-
-class Recorder:
-    """A gepa callback (see the module docstring)."""
-
-    def __init__(self, adapter: LcbAdapter) -> None:
-        self.adapter = adapter
-        self.best: Best | None = None
-        self.hashes: dict[int, str] = {}  # gepa's candidate index -> bundle hash
-
-    def on_iteration_start(self, event: Mapping[str, Any]) -> None:
-        self.adapter.iteration = int(event["iteration"])
-
-    def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
-        candidate = dict(event["candidate"])
-        complete = event["num_examples_evaluated"] >= event["total_valset_size"]
-        score = float(event["average_score"])
-        if complete and (self.best is None or score > self.best.score):
-            self.best = Best(candidate, score)
-        index = int(event["candidate_idx"])
-        self.hashes[index] = bundle_hash(candidate)
-        parents = [p for p in event.get("parent_ids") or [] if p is not None]
-        note = (f"gepa candidate {index}, parents {parents}" if parents
-                else "gepa seed evaluation")
-        self.adapter.bridge.call(
-            self.adapter.ctx.record_candidate, candidate, scores={"val": score}, note=note,
-            iteration=int(event["iteration"]),
-            parent=self.hashes.get(parents[0]) if parents else None)
+def _unfinished(reply: str) -> str:
+    """What a reply without a complete marked prompt proposed: the text after its last begin
+    marker, else the whole reply."""
+    start = reply.rfind(BEGIN_MARK)
+    return (reply[start + len(BEGIN_MARK):] if start >= 0 else reply).strip()

@@ -6,11 +6,28 @@ Contract:
   round-robin over roles, merge (at most `max_merge_invocations`), reflection minibatches of
   `minibatch` training problems, strict-improvement acceptance, and a metric-call cap of
   `max_full_evals` × (train + validation) problems.
-- The budget ledger is the real limit: gepa stops before an iteration the ledger can no
-  longer pay for (two minibatches), and an evaluation that does not fit is never started
-  (`BudgetSpent` ends the run). So the ledger is never overdrawn by this method.
-- gepa runs in a worker thread (`asyncio.to_thread`); rollouts, reflection calls and history
-  records go back to the job's event loop through a `LoopBridge`.
+- The budget is the real limit. An iteration starts only when what is left along the path
+  (`LcbAdapter.remaining`: rollouts already given to this run are free) pays for its worst
+  case: the parent's minibatch, the child's minibatch and, should the child be accepted, its
+  full validation evaluation (`2 × minibatch + |validation|`; a merge iteration costs at most
+  the validation set, its subsample rows being replays then). So a child gepa accepts is
+  always validated, never dropped for want of budget. An evaluation that does not fit is
+  never started (`BudgetSpent` ends the run): the ledger is never overdrawn.
+- gepa runs in a worker thread (`asyncio.to_thread`); rollouts, reflection calls and records
+  go back to the job's event loop through a `LoopBridge`.
+- History (`gepa_records.Recorder`): every candidate with a full validation score, and every
+  proposal (validator, minibatch and budget-gate rejections included) with its parent, roles,
+  scores and verdict; `ctx.checkpoint` after every iteration.
+- Resume: gepa is deterministic given the same rollout results and reflection answers (its
+  RNG is seeded from the job's optimizer seed; every request seed comes from the iteration
+  and the row). A resumed job re-runs gepa from the start; the context serves the journaled
+  rollouts and answers without a model call or a second charge, so the run retraces its path
+  and is checked against `ctx.restore()` when it reaches the checkpointed iteration
+  (`ResumeDivergence` otherwise). gepa's own state saving (`run_dir`) is not used: it pickles
+  `GEPAState` but not the RNG shared by its candidate selector, minibatch sampler and merge
+  proposer, nor the sampler's epoch order or the merge schedule, so a run resumed from it
+  draws different minibatches than the uninterrupted run would (checked on gepa 0.1.4); it
+  also re-evaluates the seed on resume.
 - The result is a NEW dict: the fully evaluated candidate with the best mean validation score
   (earliest on ties, so the seed wins a tie), else a copy of the seed bundle. Nothing gepa
   prints reaches stdout: its log goes to the `logging` module.
@@ -29,7 +46,8 @@ from lcb.optimize.method import Bundle, OptimizeContext
 from lcb.optimize.methods.reflection import LoopBridge, ReflectionSettings, run_in_thread
 
 if TYPE_CHECKING:  # the `gepa` library is imported when the method runs (optional extra)
-    from lcb.optimize.methods.gepa_adapter import LcbAdapter, Recorder
+    from lcb.optimize.methods.gepa_adapter import LcbAdapter
+    from lcb.optimize.methods.gepa_records import Recorder
 
 KEY = "gepa"
 log = logging.getLogger(__name__)
@@ -50,6 +68,13 @@ class GepaSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"gepa setting {name} must be an integer >= 1, got {value!r}")
+        merges = self.max_merge_invocations
+        if isinstance(merges, bool) or not isinstance(merges, int) or merges < 0:
+            raise ValueError(f"gepa setting max_merge_invocations must be an integer >= 0, "
+                             f"got {merges!r}")
+
+
+SETTINGS = GepaSettings  # `--set` keys and job.json's method_settings (lcb.optimize.settings)
 
 
 class _LogToLogging:
@@ -59,14 +84,15 @@ class _LogToLogging:
         log.info("%s", message)
 
 
-class _LedgerStopper:
-    """gepa's stop condition: the ledger cannot pay for an iteration, or reflection failed."""
+class _BudgetStopper:
+    """gepa's stop condition: a fatal error, or the budget left along the path cannot pay for
+    the next iteration's worst case (`needed`)."""
 
-    def __init__(self, ctx: OptimizeContext, adapter: LcbAdapter, *, needed: int) -> None:
-        self.ctx, self.adapter, self.needed = ctx, adapter, needed
+    def __init__(self, adapter: LcbAdapter, *, needed: int) -> None:
+        self.adapter, self.needed = adapter, needed
 
     def __call__(self, _state: object) -> bool:
-        return self.adapter.fatal is not None or self.ctx.ledger.available < self.needed
+        return self.adapter.fatal is not None or self.adapter.remaining < self.needed
 
 
 @dataclass(frozen=True)
@@ -78,20 +104,24 @@ class Gepa:
 
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a gepa run within `ctx`'s budget (a new dict)."""
-        from lcb.optimize.methods.gepa_adapter import BudgetSpent, LcbAdapter, Recorder
+        from lcb.optimize.methods.gepa_adapter import BudgetSpent, LcbAdapter
+        from lcb.optimize.methods.gepa_records import Recorder
 
         train, val = list(ctx.data.train), list(ctx.data.validation)
         if not train:
             raise ValueError("gepa needs at least one training problem (the train split is empty)")
         bridge = LoopBridge.current()
         adapter = LcbAdapter(ctx, bridge, settings=self.settings.reflection)
-        recorder = Recorder(adapter)
+        recorder = Recorder(adapter, expected=ctx.restore())
         try:
             await run_in_thread(bridge, self._run, ctx, adapter, recorder, train, val)
         except BudgetSpent as stop:
             log.info("gepa: stopping at the budget: %s", stop)
         if adapter.fatal is not None:
             raise adapter.fatal
+        diverged = recorder.unfinished_retrace()
+        if diverged is not None:
+            raise diverged
         log.info("gepa: %d proposal(s), %d rejected by validation", adapter.proposed,
                  len(adapter.rejected))
         return dict(recorder.best.bundle) if recorder.best else thaw(ctx.seed_bundle)
@@ -116,8 +146,8 @@ class Gepa:
             use_merge=s.use_merge,
             max_merge_invocations=s.max_merge_invocations,
             max_metric_calls=s.max_full_evals * (len(train) + len(val)),
-            stop_callbacks=[_LedgerStopper(ctx, adapter,
-                                           needed=2 * min(s.minibatch, len(train)))],
+            stop_callbacks=[_BudgetStopper(adapter, needed=iteration_cost(
+                s.minibatch, n_train=len(train), n_val=len(val)))],
             logger=_LogToLogging(),
             callbacks=[recorder],
             track_best_outputs=False,
@@ -125,6 +155,13 @@ class Gepa:
             raise_on_exception=True,
             seed=ctx.optimizer_seed,
         )
+
+
+def iteration_cost(minibatch: int, *, n_train: int, n_val: int) -> int:
+    """The most rollouts one gepa iteration can charge: the parent's and the child's minibatch,
+    then the child's full validation evaluation (gepa validates on the train set when there
+    is no validation set)."""
+    return 2 * min(minibatch, n_train) + (n_val or n_train)
 
 
 def make(**settings: object) -> Gepa:

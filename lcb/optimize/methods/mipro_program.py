@@ -5,18 +5,20 @@ Contract:
   the role prompt and its demos are few-shot examples. `bundle()` renders them into the role
   prompt texts (`render_role`, our own format, demos fenced so the bundle validator never
   reads them as prose). `forward(problem_id, question)` runs the whole team on that problem
-  through `ctx.rollout` with exactly that bundle, and returns `score` (the metric) and
-  `feedback`. Under a DSPy trace (bootstrapping) it adds, for each role, what the role's
-  first agent was given and what it answered: the (input, output) pairs demos come from.
+  through `ctx.rollout` with exactly that bundle at the program's `iteration`, and returns
+  `score` (the metric) and `feedback`. Under a DSPy trace (bootstrapping) it adds, for each
+  role, what the role's first agent was given and what it answered: the demos' source.
 - `TeamRunner` is shared by every copy of the program: the context, the loop bridge, the
-  problems by id. It validates every bundle before it runs and raises `BudgetSpent` when the
-  ledger is spent (MIPRO scores such an evaluation 0, so it never wins).
+  problems by id, and the spend. It validates every bundle before it runs, counts a rollout
+  whose (bundle, row, iteration) it has not asked for before as one unit (`units`) and any
+  other as a replay, refuses new rollouts while bootstrapping once `bootstrap_cap` units went
+  to it (the row scores 0, nothing is charged), and raises `BudgetSpent` when the ledger is
+  spent (MIPRO scores such an evaluation 0, so it never wins). Instruction candidates pass
+  through `screen`: each is recorded as a proposal; an invalid one is never adopted.
 - `ReflectionEngine` is a DSPy engine (`dspy.LM(engine=...)`, the 3.4 custom-model API)
   whose single call is `ctx.reflect`: MIPRO's proposal calls never reach a live endpoint of
   their own. A reply without DSPy's field markers is wrapped as the one requested field.
-- `LcbMipro` is `dspy.MIPROv2` with three hooks: instruction candidates are validated (an
-  invalid one is replaced by the role's current text, never adopted), every trial's program
-  carries its trial number (the rollouts' iteration), and every evaluation is recorded.
+- MIPRO's search itself (`dspy.MIPROv2` with our hooks) is in `mipro_search`.
 """
 
 from __future__ import annotations
@@ -29,10 +31,9 @@ from typing import Any
 
 import dspy
 from dspy.lm15 import Message, Response
-from dspy.teleprompt import MIPROv2
 
 from lcb.data.problems import Problem
-from lcb.optimize.bundle import BundleError
+from lcb.optimize.bundle import BundleError, bundle_hash
 from lcb.optimize.method import OptimizeContext, ReflectionError, Rollout
 from lcb.optimize.methods.reflection import LoopBridge, clip, first_and_last
 
@@ -80,29 +81,51 @@ class TeamRunner:
     """See the module docstring. Never deep-copied: every program copy shares it."""
 
     def __init__(self, ctx: OptimizeContext, bridge: LoopBridge, problems: Sequence[Problem],
-                 *, demo_chars: int) -> None:
+                 *, demo_chars: int, bootstrap_cap: int) -> None:
         self.ctx, self.bridge, self.demo_chars = ctx, bridge, demo_chars
         self.problems = {p.id: p for p in problems}
         self.rejected: list[str] = []
-        self.spent = False
         self.fatal: BaseException | None = None
+        self.bootstrapping, self.bootstrap_cap = True, bootstrap_cap
+        self.units = self.bootstrap_units = self.replays = self.skipped = 0
+        self._asked: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> TeamRunner:
         return self
 
-    def rollout(self, bundle: Mapping[str, str], problem_id: str, *, iteration: int) -> Rollout:
-        """One charged rollout of `bundle` (validated first); raises `BudgetSpent`."""
+    def rollout(self, bundle: Mapping[str, str], problem_id: str, *,
+                iteration: int) -> Rollout | None:
+        """One rollout of `bundle` (validated first); None when nothing came back (the
+        bootstrap cap, or infrastructure); raises `BudgetSpent`."""
         try:
             checked = self.ctx.validate(bundle)
         except BundleError as err:
             self._fail(err)
             raise
-        result = self.bridge.run(self.ctx.rollout(checked, self.problems[problem_id],
-                                                  iteration=iteration))
-        if result is None and self.ctx.ledger.available == 0:
-            self.spent = True
-            raise BudgetSpent("the rollout budget is spent")
+        key = (bundle_hash(checked), problem_id, iteration)
+        with self._lock:
+            fresh = key not in self._asked
+            if fresh and self.bootstrapping and self.bootstrap_units >= self.bootstrap_cap:
+                self.skipped += 1
+                return None
+        try:
+            result = self.bridge.run(self.ctx.rollout(checked, self.problems[problem_id],
+                                                      iteration=iteration))
+        except Exception as err:  # DSPy would score it 0 and go on: keep it, end the search
+            self._fail(err)
+            raise
+        if result is None:
+            if self.ctx.ledger.available == 0:
+                raise BudgetSpent("the rollout budget is spent")
+            return None
+        with self._lock:
+            if key in self._asked:
+                self.replays += 1
+            else:
+                self._asked.add(key)
+                self.units += 1
+                self.bootstrap_units += self.bootstrapping
         return result
 
     def _fail(self, err: BaseException) -> None:
@@ -110,15 +133,21 @@ class TeamRunner:
             self.fatal = self.fatal or err
 
     def screen(self, texts: Mapping[str, str], role: str, candidates: list[str]) -> list[str]:
-        """`candidates` for `role` with every invalid one replaced by the first (current)."""
-        kept = [candidates[0]]
+        """`candidates` for `role` with every invalid one replaced by the first (current);
+        each proposed one (all but the first) is recorded as a proposal."""
+        kept, parent = [candidates[0]], bundle_hash(self.ctx.seed_bundle)
         for text in candidates[1:]:
+            proposed = {**texts, role: text}
             try:
-                kept.append(self.ctx.validate({**texts, role: text})[role])
+                proposed = self.ctx.validate(proposed)
+                verdict: dict[str, Any] = {"accepted": True}
             except BundleError as err:
                 self.rejected.append(f"{role}: {err}")
                 log.warning("mipro: instruction for role %r rejected: %s", role, err)
-                kept.append(candidates[0])
+                verdict = {"accepted": False, "rejected_by": "validator", "reason": str(err)}
+            kept.append(proposed[role] if verdict["accepted"] else candidates[0])
+            self.bridge.call(self.ctx.record_proposal, proposed, parent=parent, roles=[role],
+                             iteration=0, **verdict)
         return kept
 
 
@@ -147,8 +176,8 @@ class TeamProgram(dspy.Module):
 
     def forward(self, problem_id: str, question: str = "") -> dspy.Prediction:
         rollout = self.runner.rollout(self.bundle(), problem_id, iteration=self.iteration)
-        if rollout is None:  # infrastructure failed on every try: not charged, scores 0
-            return dspy.Prediction(score=0.0, feedback="infrastructure failure")
+        if rollout is None:  # the bootstrap cap, or infrastructure: not charged, scores 0
+            return dspy.Prediction(score=0.0, feedback="not run")
         trace = dspy.settings.trace
         if trace is not None:
             for role in self.role_names:
@@ -218,52 +247,3 @@ def with_field_markers(reply: str, prompt: str) -> str:
     if len(names) != 1:
         return reply
     return f"[[ ## {names[0]} ## ]]\n{reply.strip()}\n\n[[ ## completed ## ]]"
-
-
-class LcbMipro(MIPROv2):
-    """`dspy.MIPROv2` with our hooks (see the module docstring)."""
-
-    def __init__(self, *, runner: TeamRunner, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.runner = runner
-
-    def _propose_instructions(self, program: Any, *args: Any, **kwargs: Any) -> dict:
-        candidates = super()._propose_instructions(program, *args, **kwargs)
-        texts = program.instructions()
-        for index, (name, _) in enumerate(program.named_predictors()):
-            role = name.removeprefix(ATTR_PREFIX)
-            candidates[index] = self.runner.screen(texts, role, list(candidates[index]))
-        return candidates
-
-    def _select_and_insert_instructions_and_demos(self, candidate_program: Any, *args: Any,
-                                                  **kwargs: Any) -> Any:
-        chosen = super()._select_and_insert_instructions_and_demos(candidate_program, *args,
-                                                                   **kwargs)
-        candidate_program.iteration = int(kwargs.get("trial_num", args[-1] if args else 0))
-        return chosen
-
-    def _optimize_prompt_parameters(self, program: Any, instruction_candidates: Any,
-                                    demo_candidates: Any, evaluate: Any, *args: Any,
-                                    **kwargs: Any) -> Any:
-        recording = RecordingEvaluate(evaluate, self.runner)
-        return super()._optimize_prompt_parameters(program, instruction_candidates,
-                                                   demo_candidates, recording, *args, **kwargs)
-
-
-class RecordingEvaluate:
-    """Wraps MIPRO's `Evaluate`: each finished evaluation is recorded as a candidate."""
-
-    def __init__(self, evaluate: Any, runner: TeamRunner) -> None:
-        self.evaluate, self.runner = evaluate, runner
-
-    def __call__(self, program: Any, *args: Any, **kwargs: Any) -> Any:
-        result = self.evaluate(program, *args, **kwargs)
-        devset = kwargs.get("devset", args[0] if args else [])
-        kind = (kwargs.get("callback_metadata") or {}).get("metric_key", "eval")
-        split = "val" if kind == "eval_full" else "val_minibatch"
-        outcomes = [float(item[-1]) for item in getattr(result, "results", None) or []]
-        score = sum(outcomes) / len(outcomes) if outcomes else float(result.score) / 100.0
-        self.runner.bridge.call(
-            self.runner.ctx.record_candidate, program.bundle(), scores={split: score},
-            note=f"mipro {kind} on {len(devset)} problem(s)", iteration=program.iteration)
-        return result

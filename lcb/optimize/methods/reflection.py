@@ -2,8 +2,14 @@
 
 Contract:
 - `role_slice(transcript, role)` keeps the messages a role's agents exchanged (their own
-  system prompt excluded: that is the text under revision), each clipped to `clip_chars`,
-  at most `max_messages` of them (the first and the last ones: the task and the answer).
+  system prompt excluded: that is the text under revision), agent by agent (in order of first
+  appearance, each message labelled with its agent id). Caps hold per agent, not per role: each
+  agent keeps at most `max_messages` messages (its first and its last ones: the task and the
+  answer, with a note counting what was left out), each clipped to `clip_chars`. An assistant
+  message shows the tool calls it made with their arguments (a manager's delegation, the code
+  sent to `python_exec`), each call's arguments clipped to `args_chars`; a tool message shows
+  the tool's name, whether it failed, and its result. When the kept messages together exceed
+  `record_chars`, each is clipped to an equal share of it (at least `MIN_SHARE`).
 - `proposal_prompt(...)` is our reflection prompt: the current text of one role, what that
   role did on a few problems with the grader's verdict, and the request to answer with a
   complete new text between two marker lines. `parse_proposal(reply)` returns that text, or
@@ -19,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +36,7 @@ T = TypeVar("T")
 BEGIN_MARK = "=== REVISED PROMPT ==="
 END_MARK = "=== END OF PROMPT ==="
 CLIP_NOTE = " [... clipped ...] "
+MIN_SHARE = 200  # characters a message keeps however many share a record
 
 
 def clip(text: str, limit: int) -> str:
@@ -40,12 +48,26 @@ def clip(text: str, limit: int) -> str:
     return text[:head] + CLIP_NOTE + text[-tail:]
 
 
+def _positive(owner: object, *names: str) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{type(owner).__name__}.{name} must be an integer >= 1, "
+                             f"got {value!r}")
+
+
 @dataclass(frozen=True)
 class SliceLimits:
-    """How much of a transcript one reflection record may carry."""
+    """How much of a transcript one reflection record may carry, per agent of the role, and
+    in all (`record_chars`: a team of ten agents must not make a prompt ten times longer)."""
 
-    clip_chars: int = 1500
-    max_messages: int = 8
+    clip_chars: int = 1500  # per message (a tool result too)
+    max_messages: int = 8  # per agent
+    args_chars: int = 1200  # per tool call, its rendered arguments
+    record_chars: int = 16000  # per record, every agent together
+
+    def __post_init__(self) -> None:
+        _positive(self, "clip_chars", "max_messages", "args_chars", "record_chars")
 
 
 @dataclass(frozen=True)
@@ -57,33 +79,66 @@ class ReflectionSettings:
     feedback_chars: int = 1200
     limits: SliceLimits = field(default_factory=SliceLimits)
 
+    def __post_init__(self) -> None:
+        _positive(self, "records_per_reflection", "feedback_chars")
+
 
 def role_slice(transcript: Sequence[Mapping[str, Any]], role: str, *,
                limits: SliceLimits = SliceLimits()) -> list[dict[str, str]]:
-    """The messages of `role`'s agents (system prompts excluded), clipped, at most
-    `limits.max_messages`: the first half and the last half when there are more."""
-    kept = [
-        {"source": str(entry.get("source", role)), "type": str(entry.get("type", "")),
-         "content": clip(_content(entry), limits.clip_chars)}
-        for entry in transcript
-        if entry.get("role") == role and entry.get("type") != "system"
-    ]
-    if len(kept) > limits.max_messages:
-        first = limits.max_messages // 2
-        last = limits.max_messages - first
-        skipped = len(kept) - limits.max_messages
-        gap = {"source": "-", "type": "note", "content": f"({skipped} messages left out)"}
-        kept = [*kept[:first], gap, *kept[-last:]] if last else [*kept[:first], gap]
+    """The messages of `role`'s agents (system prompts excluded), grouped by agent, each agent
+    capped and clipped on its own (see the module docstring)."""
+    by_agent: dict[str, list[dict[str, str]]] = {}
+    for entry in transcript:
+        if entry.get("role") != role or entry.get("type") == "system":
+            continue
+        agent = str(entry.get("source") or role)
+        by_agent.setdefault(agent, []).append(
+            {"source": agent, "type": _label(entry), "content": _content(entry, limits)})
+    kept = [message for agent, messages in by_agent.items()
+            for message in _cap(agent, messages, limits.max_messages)]
+    if sum(len(m["content"]) for m in kept) > limits.record_chars:  # share the record's room
+        share = max(MIN_SHARE, limits.record_chars // len(kept))
+        kept = [{**m, "content": clip(m["content"], share)} for m in kept]
     return kept
 
 
-def _content(entry: Mapping[str, Any]) -> str:
-    text = str(entry.get("content") or "")
-    calls = entry.get("tool_calls") or []
-    if calls:
-        names = ", ".join(str(call.get("name", "?")) for call in calls)
-        text = f"{text}\n(tool calls: {names})".strip()
-    return text
+def _cap(agent: str, kept: list[dict[str, str]], limit: int) -> list[dict[str, str]]:
+    """The first half and the last half of one agent's messages when it has more than `limit`."""
+    if len(kept) <= limit:
+        return kept
+    first, last = limit // 2, limit - limit // 2
+    gap = {"source": agent, "type": "note",
+           "content": f"({len(kept) - limit} more messages of {agent} left out)"}
+    return [*kept[:first], gap, *kept[len(kept) - last:]]
+
+
+def _label(entry: Mapping[str, Any]) -> str:
+    kind = str(entry.get("type", ""))
+    if kind != "tool":
+        return kind
+    failed = " (failed)" if entry.get("status") == "error" else ""
+    return f"result of tool {entry.get('name') or '?'}{failed}"
+
+
+def _content(entry: Mapping[str, Any], limits: SliceLimits) -> str:
+    parts = [clip(str(entry.get("content") or ""), limits.clip_chars)]
+    for call in entry.get("tool_calls") or []:
+        verb = "invalid tool call" if call.get("invalid") else "tool call"
+        args = clip(render_args(call.get("args")), limits.args_chars)
+        parts.append(f"[{verb} {call.get('name') or '?'}]\n{args}".rstrip())
+    return "\n".join(part for part in parts if part).strip()
+
+
+def render_args(args: object) -> str:
+    """A tool call's arguments, readably: one `name: value` line per argument; a text value
+    that spans lines starts on the next line (code stays code)."""
+    if not isinstance(args, Mapping):
+        return "" if args is None else str(args)
+    lines = []
+    for name, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"{name}:\n{text}" if "\n" in text else f"{name}: {text}")
+    return "\n".join(lines)
 
 
 def render_slice(messages: Sequence[Mapping[str, str]]) -> str:

@@ -1,0 +1,108 @@
+"""Provenance: what code, libraries and endpoints ran a job session (job.json's `provenance`).
+
+Contract of `collect(...)` (a JSON object):
+- `lcb`: `{"commit", "dirty"}` of the lcb checkout (`git`); both null when git or the
+  repository is absent. Untracked files that git does not ignore count as dirty.
+- `versions`: the installed versions of `LIBRARIES` (null for one that is not installed) and
+  `python`.
+- `grader`: `{"mode", "version"}`; the version is a digest of the grader's source files
+  (`lcb/grading/*.py`), so any change to the grading code shows. `sandbox`: the tier.
+- `endpoints`: `{"task" | "reflection": {"base_url", "model_id"}}`. API keys are never written;
+  a base URL loses any user:password part and its query string (`redact_url`).
+- `sampling`: the task, reflection and judge sampling (`temperature`, `top_p`, `max_tokens`).
+- `time`: when the session started.
+Provenance is not a setting: a rerun after a commit resumes the job (`lcb.optimize.artifacts`
+leaves it out of the same-settings check and records each later session under `resumes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from lcb.agents.models import ModelConfig
+from lcb.runs.rundir import now_iso
+
+LIBRARIES = ("gepa", "dspy", "optuna", "langgraph", "langchain-openai", "lcb")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GRADING_DIR = REPO_ROOT / "lcb" / "grading"
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
+_GIT_TIMEOUT_S = 10.0
+
+
+def collect(*, task: ModelConfig, reflection: ModelConfig, grader: str, sandbox: str,
+            judge_sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """This session's provenance (see the module docstring)."""
+    return {
+        "lcb": git_state(),
+        "versions": {**library_versions(), "python": platform.python_version()},
+        "grader": {"mode": grader, "version": grader_version()},
+        "sandbox": sandbox,
+        "endpoints": {"task": endpoint(task), "reflection": endpoint(reflection)},
+        "sampling": {"task": sampling(task), "reflection": sampling(reflection),
+                     "judge": dict(judge_sampling)},
+        "time": now_iso(),
+    }
+
+
+def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """`{"commit": sha | None, "dirty": bool | None}` of the checkout at `root`."""
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = _git(root, "status", "--porcelain")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=_GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):  # no git, or it hung
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """The installed distribution version of each name (None when not installed)."""
+    found: dict[str, str | None] = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def grader_version(folder: Path = GRADING_DIR) -> str:
+    """sha256 (first 16 hex digits) over the grader's source files, names and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def redact_url(url: str) -> str:
+    """`url` without credentials (user:password@) or query string (tokens ride there)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def endpoint(config: ModelConfig) -> dict[str, str]:
+    """Where a model was served: base URL (redacted) and model id, never the key."""
+    return {"base_url": redact_url(config.base_url), "model_id": config.model_id}
+
+
+def sampling(config: ModelConfig) -> dict[str, Any]:
+    return {key: getattr(config, key) for key in SAMPLING_KEYS}
