@@ -1,16 +1,19 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 for offline tests of the real client path.
 
-It speaks just enough of the OpenAI HTTP API for `langchain_openai.ChatOpenAI` (non-streaming):
-`POST /v1/chat/completions` and `GET /v1/models`. A *script* decides every reply:
+It speaks just enough of the OpenAI HTTP API for `langchain_openai.ChatOpenAI`:
+`POST /v1/chat/completions` (plain JSON, or server-sent events for `stream: true`, see
+`tests.scripted_wire`) and `GET /v1/models`. A *script* decides every reply:
 
 - a callable `(request_json) -> Reply | str` (a `str` is a plain text answer), or
 - `keyed({marker: [reply, ...]}, default=[...])`: the first marker found in the request's messages
   picks a queue of replies, consumed one per request (the last one repeats).
 
 A `Reply` can be plain text, OpenAI tool calls (well-formed or with malformed JSON arguments), carry
-usage numbers, wait a fixed latency, stall past the client's timeout, or be an HTTP error (5xx, 429,
-...). Every request is logged (`ScriptedServer.requests`) for assertions, and the peak number of
-requests in flight is tracked (`ScriptedServer.peak_in_flight`).
+usage numbers and a finish reason, wait a fixed latency, stall past the client's timeout (before
+answering, or mid-stream), stream slowly, or be an HTTP error (5xx, 429, ...). Every request is
+logged (`ScriptedServer.requests`) for assertions, with whether the client hung up before the
+reply was complete (`RecordedRequest.client_closed`, `ScriptedServer.wait_for_close`), and the peak
+number of requests in flight is tracked (`ScriptedServer.peak_in_flight`).
 
 Example:
     >>> with scripted_server(keyed({"1873_A": ["```python\\nprint(1)\\n```"]})) as server:
@@ -34,6 +37,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from tests.scripted_wire import (
+    SseWriter,
+    completion_body,
+    finish_reason,
+    stream_events,
+    usage_body,
+    wait_unless_closed,
+)
 
 DEFAULT_MODEL = "scripted-model"
 STALL_S = 60.0  # a stall sleeps this long at most (or until the server closes)
@@ -73,7 +85,14 @@ class Reply:
         message: the error body's `message` (None: "scripted HTTP <status>").
         retry_after: value of a `Retry-After` header (for 429s), if any.
         raw_body: sent verbatim instead of a generated body (malformed responses).
-        finish_reason: None -> "tool_calls" when there are tool calls, else "stop".
+        finish_reason: None -> "tool_calls" when there are tool calls, else "stop"; "" ends a
+            stream with no finish reason at all (a server that interrupted it)
+            (`"length"` says the answer was cut at max_tokens).
+        reasoning_tokens: reported as `usage.completion_tokens_details.reasoning_tokens`.
+        chunk_chars: characters per streamed content / tool-argument piece.
+        chunk_delay_s: seconds between streamed events (a slow but steady stream).
+        stall_s / stall_after: stop sending for `stall_s` seconds after `stall_after` streamed
+            events (a stream that goes silent mid-way); ignored by non-streaming requests.
     """
 
     content: str | None = ""
@@ -87,6 +106,11 @@ class Reply:
     raw_body: str | None = None
     finish_reason: str | None = None
     message: str | None = None
+    reasoning_tokens: int | None = None
+    chunk_chars: int = 16
+    chunk_delay_s: float = 0.0
+    stall_s: float = 0.0
+    stall_after: int = 1
 
     @classmethod
     def error(cls, status: int = 500, *, retry_after: float | None = None,
@@ -98,6 +122,12 @@ class Reply:
     def stall(cls, seconds: float = STALL_S) -> Reply:
         """A reply that never arrives in time: the server waits `seconds` (or until it closes)."""
         return cls(content="(too late)", latency_s=seconds)
+
+    @classmethod
+    def stall_mid_stream(cls, seconds: float = STALL_S, *, after: int = 2,
+                         content: str = "(never finished)") -> Reply:
+        """A streamed reply that starts, then goes silent for `seconds` after `after` events."""
+        return cls(content=content, stall_s=seconds, stall_after=after, chunk_chars=4)
 
     @classmethod
     def calls(cls, *calls: ToolCall, content: str | None = None, **kw: Any) -> Reply:
@@ -172,7 +202,9 @@ class keyed:  # noqa: N801 - used like a function: keyed({...})
 @dataclass
 class RecordedRequest:
     """One request the server received, logged on arrival. `body` is the parsed JSON (None for
-    GET / bad JSON); `status` is the HTTP status sent (0 while the reply is still pending)."""
+    GET / bad JSON); `status` is the HTTP status sent (0 while the reply is still pending).
+    `streamed` marks an SSE reply, `chunks_sent` counts its events delivered, and
+    `client_closed` says the client hung up before the reply was complete."""
 
     method: str
     path: str
@@ -180,6 +212,9 @@ class RecordedRequest:
     headers: dict[str, str]
     started: float
     status: int = 0
+    streamed: bool = False
+    chunks_sent: int = 0
+    client_closed: bool = False
 
 
 @dataclass
@@ -207,6 +242,20 @@ class ScriptedServer:
         with self.lock:
             self.requests.append(record)
 
+    def closed_early(self) -> list[RecordedRequest]:
+        """The requests whose client hung up before the reply was complete."""
+        with self.lock:
+            return [r for r in self.requests if r.client_closed]
+
+    def wait_for_close(self, n: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until `n` requests were abandoned by their client; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while len(self.closed_early()) < n:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def enter(self) -> None:
         with self.lock:
             self.in_flight += 1
@@ -218,36 +267,6 @@ class ScriptedServer:
 
 
 _ids = itertools.count(1)
-
-
-def _estimate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
-def _completion_body(request: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    if reply.tool_calls:
-        message["tool_calls"] = [c.to_json(i) for i, c in enumerate(reply.tool_calls)]
-    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    body: dict[str, Any] = {
-        "id": f"chatcmpl-scripted-{next(_ids)}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": request.get("model", DEFAULT_MODEL),
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-    }
-    if reply.usage:
-        reply_text = (reply.content or "") + json.dumps(message.get("tool_calls", []))
-        prompt = reply.prompt_tokens
-        completion = reply.completion_tokens
-        prompt = _estimate_tokens(message_text(request)) if prompt is None else prompt
-        completion = _estimate_tokens(reply_text) if completion is None else completion
-        body["usage"] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-    return body
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:
@@ -314,29 +333,53 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = None
         record = self._record(body if isinstance(body, dict) else None, started)
-        status, payload, headers = self._answer(body)
-        record.status = status
-        self._send(status, payload, headers)
+        refusal = self._refusal(body)
+        if refusal is not None:
+            record.status = refusal[0]
+            self._send(*refusal)
+            return
+        self._answer(body, record)
 
-    def _answer(self, body: Any) -> tuple[int, str, dict[str, str]]:
-        state = self.state
+    def _refusal(self, body: Any) -> tuple[int, str] | None:
+        """The error a real server gives before looking at the script, if any."""
         if self.path.rstrip("/") != CHAT_PATH:
-            return 404, json.dumps(_error_body(404, f"no route {self.path}")), {}
+            return 404, json.dumps(_error_body(404, f"no route {self.path}"))
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return 400, json.dumps(_error_body(400, "body must be JSON with `messages`")), {}
-        if body.get("stream"):
-            return 400, json.dumps(_error_body(400, "the scripted server does not stream")), {}
+            return 400, json.dumps(_error_body(400, "body must be JSON with `messages`"))
         model = body.get("model")
-        if state.models is not None and model not in state.models:
-            return 404, json.dumps(_error_body(404, f"The model `{model}` does not exist.")), {}
+        if self.state.models is not None and model not in self.state.models:
+            return 404, json.dumps(_error_body(404, f"The model `{model}` does not exist."))
+        return None
+
+    def _answer(self, body: dict[str, Any], record: RecordedRequest) -> None:
+        state = self.state
         state.enter()
+        left = False
+
+        def leave() -> None:  # before the last bytes go out: the client may answer at once
+            nonlocal left
+            if not left:
+                left = True
+                state.leave()
+
         try:
             reply = self._scripted_reply(body)
             wait = state.latency_s + (reply.latency_s if reply else 0.0)
-            if wait > 0:
-                state.closing.wait(wait)
+            if wait > 0 and wait_unless_closed(self.connection, wait, state.closing):
+                record.client_closed = True
+                self.close_connection = True
+                return
+            if reply is not None and reply.status == 200 and body.get("stream"):
+                self._stream(body, reply, record, before_last=leave)
+                return
+            leave()
+            record.status, payload, headers = self._plain(body, reply)
+            self._send(record.status, payload, headers)
         finally:
-            state.leave()
+            leave()
+
+    def _plain(self, body: dict[str, Any], reply: Reply | None) -> tuple[int, str, dict[str, str]]:
+        """A whole (non-streamed) reply: the completion, an error, or the raw body."""
         if reply is None:
             return 500, json.dumps(_error_body(500, "the script raised")), {}
         headers = {} if reply.retry_after is None else {"Retry-After": str(reply.retry_after)}
@@ -345,7 +388,32 @@ class _Handler(BaseHTTPRequestHandler):
             return reply.status, json.dumps(_error_body(reply.status, text)), headers
         if reply.raw_body is not None:
             return 200, reply.raw_body, headers
-        return 200, json.dumps(_completion_body(body, reply)), headers
+        whole = completion_body(reply, completion_id=f"chatcmpl-scripted-{next(_ids)}",
+                                model=body.get("model", DEFAULT_MODEL),
+                                prompt_text=message_text(body))
+        return 200, json.dumps(whole), headers
+
+    def _stream(self, body: dict[str, Any], reply: Reply, record: RecordedRequest, *,
+                before_last: Callable[[], None]) -> None:
+        """Answer `stream: true` with server-sent events (`tests.scripted_wire`)."""
+        record.streamed, record.status = True, 200
+        writer = SseWriter(self.wfile, self.connection, self.state.closing,
+                           before_last=before_last)
+        if reply.raw_body is not None:
+            if writer.head():
+                writer.send_raw_tail(reply.raw_body)
+        else:
+            options = body.get("stream_options")
+            wanted = isinstance(options, dict) and bool(options.get("include_usage"))
+            usage = usage_body(reply, message_text(body)) if wanted else None
+            events = stream_events(reply, completion_id=f"chatcmpl-scripted-{next(_ids)}",
+                                   model=body.get("model", DEFAULT_MODEL),
+                                   finish=finish_reason(reply), usage=usage)
+            writer.send(events, reply)
+        record.chunks_sent = writer.sent
+        if writer.closed_by_client or self.state.closing.is_set():
+            record.client_closed = writer.closed_by_client
+            self.close_connection = True
 
     def _scripted_reply(self, body: dict[str, Any]) -> Reply | None:
         try:

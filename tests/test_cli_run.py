@@ -20,6 +20,7 @@ from tests.helpers_runner import (
     RIGHT,
     entry_argv,
     kill_group,
+    marker,
     problem_ids,
     script,
     solvable_batch,
@@ -28,11 +29,12 @@ from tests.helpers_runner import (
     wait_for_records,
     write_problems,
 )
-from tests.scripted_server import failures, scripted_fixture  # noqa: F401
+from tests.scripted_server import failures, message_text, scripted_fixture  # noqa: F401
 
 
-def invoke(*args: str, base_url: str = "http://127.0.0.1:9/v1", target=app, **kw):
-    env = {"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL}
+def invoke(*args: str, base_url: str = "http://127.0.0.1:9/v1", target=app, env_extra=None,
+           **kw):
+    env = {"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL, **(env_extra or {})}
     return CliRunner().invoke(target, list(args), env=env, **kw)
 
 
@@ -102,7 +104,7 @@ def test_every_seed_entry_module_parses_the_batch_flags(topology):
 
 @pytest.mark.parametrize("flags", [
     ("--limit", "3"), ("--data", "sample"), ("--release", "release_v2"), ("--revision", "main"),
-    ("--strict",), ("--grader", "official"), ("--sandbox", "bwrap"),
+    ("--strict",), ("--grader", "official"), ("--sandbox", "bwrap"), ("--samples", "2"),
 ])
 def test_entry_point_refuses_batch_flags_without_batch(flags):
     result = invoke(*flags, target=_entry_app, obj=_Entry(topology="single", prog="python -m x"))
@@ -122,7 +124,7 @@ def test_interrupt_keeps_finished_records_and_prints_the_resume_command(scripted
         stderr = proc.communicate(timeout=60)[1]
     finally:
         kill_group(proc)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == (130 if signum == signal.SIGINT else 143), stderr
     assert "Interrupted" in stderr and "Resume with:" in stderr
     command = stderr.strip().splitlines()[-1].strip()
     assert command.startswith("python -m topologies.single.lcb.langgraph_lcb --batch")
@@ -198,7 +200,8 @@ def test_run_and_score_offer_the_same_grader_and_sandbox_choices():
 
 
 def test_the_cli_offers_exactly_the_registered_topologies():
-    from lcb.cli.run_cmd import ENTRY_MODULES, TOPOLOGIES
+    from lcb.cli.options import TOPOLOGIES
+    from lcb.cli.run_cmd import ENTRY_MODULES
     from lcb.optimize.teamrun import TOPOLOGIES as JOB_TOPOLOGIES
 
     # As sets: another test deletes and restores a TEAMS entry, which moves it to the end.
@@ -211,3 +214,112 @@ def test_entry_point_help_names_its_team_and_hides_topology():
                           text=True, timeout=60, cwd=REPO, env=subprocess_env("http://127.0.0.1:9/v1"))
     assert done.returncode == 0, done.stderr
     assert "Run the centralized team" in done.stdout and "--topology" not in done.stdout
+
+
+GENERATION_FLAGS = ("--temperature", "0.5", "--top-p", "0.8", "--max-tokens", "333",
+                    "--thinking", "--request-timeout", "7")
+NO_GENERATION_ENV = dict.fromkeys(("LCB_TEMPERATURE", "LCB_TOP_P", "LCB_MAX_TOKENS",
+                                   "LCB_THINKING", "LCB_REQUEST_TIMEOUT"))
+
+
+def problem_bodies(server, ids):
+    """The chat requests about the problems `ids` (not the endpoint check's probe)."""
+    return [body for body in server.chat_requests()
+            if any(marker(qid) in message_text(body) for qid in ids)]
+
+
+def generation_run(scripted, tmp_path, *args, env=None):
+    ids = problem_ids(2)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({qid: [RIGHT] for qid in ids}))
+    out = tmp_path / "out"
+    result = invoke("run", "--data", str(data), "--out-dir", str(out), *args,
+                    base_url=server.base_url, env_extra={**NO_GENERATION_ENV, **(env or {})})
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    return problem_bodies(server, ids), manifest["config"], read_records(out / "predictions.jsonl")
+
+
+def test_generation_flags_reach_every_request_and_the_manifest(scripted, tmp_path):
+    bodies, config, records = generation_run(scripted, tmp_path, *GENERATION_FLAGS)
+    assert len(bodies) == 2
+    for body in bodies:
+        assert (body["temperature"], body["top_p"]) == (0.5, 0.8)
+        assert (body["max_completion_tokens"], body["max_tokens"]) == (333, 333)
+        assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    model = config["model"]
+    assert (model["temperature"], model["top_p"], model["max_tokens"]) == (0.5, 0.8, 333)
+    assert (model["thinking"], model["timeout_s"]) == (True, 7.0)
+    assert [r["generation"] for r in records] == [{
+        "temperature": 0.5, "top_p": 0.8, "max_tokens": 333, "thinking": True,
+        "timeout_s": 7.0}] * 2
+
+
+def test_generation_env_vars_are_read_and_flags_beat_them(scripted, tmp_path):
+    env = {"LCB_TEMPERATURE": "0.6", "LCB_TOP_P": "0.7", "LCB_MAX_TOKENS": "222",
+           "LCB_THINKING": "no", "LCB_REQUEST_TIMEOUT": "9"}
+    bodies, config, _ = generation_run(scripted, tmp_path, "--temperature", "0.1", env=env)
+    for body in bodies:
+        assert (body["temperature"], body["top_p"], body["max_completion_tokens"]) == (
+            0.1, 0.7, 222)
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert (config["model"]["temperature"], config["model"]["timeout_s"]) == (0.1, 9.0)
+    assert config["model"]["thinking"] is False
+
+
+def test_without_generation_settings_requests_are_as_before(scripted, tmp_path):
+    bodies, config, _ = generation_run(scripted, tmp_path)
+    for body in bodies:
+        assert (body["temperature"], body["top_p"], body["max_completion_tokens"]) == (
+            0.2, 0.9, 4096)
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}  # vLLM's extras
+    assert (config["model"]["thinking"], config["model"]["timeout_s"]) == (None, 120.0)
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"LCB_MAX_TOKENS": "lots"}, "LCB_MAX_TOKENS='lots': expected a whole number"),
+    ({"LCB_TOP_P": "1.5"}, "LCB_TOP_P='1.5': top_p must be in (0, 1]"),
+    ({"LCB_THINKING": "maybe"}, "LCB_THINKING='maybe'"),
+    ({"LCB_REQUEST_TIMEOUT": "0"}, "LCB_REQUEST_TIMEOUT='0': timeout_s must be > 0"),
+])
+def test_a_bad_generation_env_var_is_named_and_nothing_is_created(tmp_path, env, named):
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    result = invoke("run", "--data", str(data), "--out-dir", str(tmp_path / "out"),
+                    env_extra={**NO_GENERATION_ENV, **env})
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("--top-p", "0"), "--top-p"), (("--temperature", "-1"), "--temperature"),
+    (("--max-tokens", "0"), "--max-tokens"), (("--request-timeout", "0"), "--request-timeout"),
+    (("--samples", "0"), "--samples"),
+    (("--thinking", "--no-vllm-extras"), "--no-vllm-extras switches off"),
+])
+def test_bad_generation_flags_stop_before_any_work(tmp_path, args, named):
+    data = write_problems(tmp_path / "rows.jsonl", problem_ids(1))
+    result = invoke("run", *args, "--data", str(data), "--out-dir", str(tmp_path / "out"),
+                    env_extra=NO_GENERATION_ENV)
+    assert result.exit_code == 2, result.output
+    assert named in result.output and not (tmp_path / "out").exists()
+
+
+def test_samples_flag_reaches_the_run(scripted, tmp_path):
+    _, config, records = generation_run(scripted, tmp_path, "--samples", "3")
+    assert config["samples"] == 3
+    assert sorted((r["id"], r["sample"]) for r in records) == [
+        (qid, s) for qid in problem_ids(2) for s in range(3)]
+
+
+def test_the_recorded_command_repeats_the_generation_flags(scripted, tmp_path):
+    ids = problem_ids(1)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({ids[0]: [RIGHT]}))
+    out = tmp_path / "out"
+    result = invoke("run", "--data", str(data), "--out-dir", str(out), "--no-thinking",
+                    "--top-p", "0.5", base_url=server.base_url, env_extra=NO_GENERATION_ENV)
+    assert result.exit_code == 0, result.output
+    command = json.loads((out / "manifest.json").read_text())["sessions"][-1]["command"]
+    assert "--no-thinking" in command and "--thinking" not in command
+    assert command[command.index("--top-p") + 1] == "0.5"

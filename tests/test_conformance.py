@@ -6,14 +6,13 @@ import json
 import pytest
 
 from lcb.agents.models import ModelConfig
-from lcb.agents.prompts import seed_bundle
+from lcb.agents.prompts import bundle_hashes, seed_bundle
 from lcb.optimize import job as job_module
 from lcb.optimize import provenance
 from lcb.optimize.artifacts import JobSpec
 from lcb.optimize.conformance import (
     NO_SPLIT_FILE,
     Reference,
-    bundle_hashes,
     check,
     load_prompt_manifest,
     prompt_manifest,

@@ -1,18 +1,26 @@
-"""lcb.data.hub and the eval-ID manifest, offline: huggingface_hub reads a cache laid out in tmp."""
+"""lcb.data.hub and the eval-ID manifest, offline: huggingface_hub reads a cache laid out in tmp,
+and an unreachable hub is a closed port on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 import warnings
+from pathlib import Path
 
 import pytest
 from helpers_data import FAKE_SHA, make_hub_cache, stdin_row
 
 from lcb.data import manifest
 from lcb.data.datasets import DataError, Selection, load_problems
-from lcb.data.hub import REVISION_ENV, release_files
+from lcb.data.hub import REVISION_ENV, connect_problem, release_files
 from lcb.data.manifest import EvalIdMismatch, ManifestError, check_eval_order, eval_ids
 
+REPO = Path(__file__).resolve().parents[1]
 FROZEN = ("1873_A 1873_B 1873_D 1883_B 1883_C 1899_A 1899_B 1899_C 1899_D 2727 2728 2730 2754 "
           "2755 2756 2757 2777 2779 2784 2785 2786 2791 2792 2800 2802 2808 2810 2811 2812 2816 "
           "2817 2819 2824 2825 2827 2828 2831 2832 2833 2834 2837 2839 2844 2845 2847 2848 2849 "
@@ -143,3 +151,73 @@ def test_check_eval_order_compares_only_what_was_seen():
         assert check_eval_order([*FROZEN, "extra"]) is None
     with pytest.warns(EvalIdMismatch):
         assert "'2728'" in check_eval_order(["1873_A", "2728"])
+
+
+# --- an unreachable hub fails fast ------------------------------------------------------------
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def unreachable_hub(hub_cache, monkeypatch):
+    """Online mode, but the hub endpoint is a closed local port; no proxy."""
+    from huggingface_hub import constants
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    return hub_cache
+
+
+def test_an_unreachable_hub_fails_in_seconds_with_the_message(unreachable_hub):
+    started = time.monotonic()
+    with pytest.raises(DataError) as info:
+        load_problems(release="release_v1")
+    assert time.monotonic() - started < 5  # huggingface_hub alone retries for about 24 s
+    message = str(info.value)
+    assert "the hub is unreachable (cannot connect to 127.0.0.1:" in message
+    assert "Connection refused" in message and "hf download" in message
+
+
+def test_an_unreachable_hub_still_serves_cached_files_at_once(unreachable_hub):
+    make_hub_cache(unreachable_hub, {"test.jsonl": rows("a1"), "test2.jsonl": rows("b1")})
+    started = time.monotonic()
+    with pytest.warns(EvalIdMismatch):  # the check of release_v1's order still runs
+        loaded = load_problems(release="v1_v2")
+    assert time.monotonic() - started < 5
+    assert [p.id for p in loaded.problems] == ["a1", "b1"]
+    assert loaded.source["revision"] == FAKE_SHA
+
+
+def test_connect_problem_goes_through_the_proxy_for_the_scheme(monkeypatch):
+    port = closed_port()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        open_port = listening.getsockname()[1]
+        assert connect_problem(f"http://127.0.0.1:{open_port}") is None
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        problem = connect_problem("https://hub.invalid")
+        assert problem == f"cannot connect to 127.0.0.1:{port}: Connection refused"
+        monkeypatch.setenv("HTTPS_PROXY", f"127.0.0.1:{open_port}")  # no scheme: still a proxy
+        assert connect_problem("https://hub.invalid") is None
+
+
+def test_the_cli_fails_fast_when_hf_endpoint_is_a_closed_port(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY")
+           and k not in ("HF_HUB_OFFLINE", REVISION_ENV)}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", "from lcb.cli import main; main()", "problems"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    assert time.monotonic() - started < 15  # start-up included; the hub alone took 24-29 s
+    assert done.returncode == 2, done.stderr
+    assert "the hub is unreachable (cannot connect to 127.0.0.1:" in done.stderr
+    assert "Traceback" not in done.stderr and "Retrying" not in done.stderr

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from lcb.agents import prompts
-from lcb.agents.prompts import seed_bundle
+from lcb.agents.prompts import bundle_hashes, seed_bundle
 from lcb.optimize import methods, provenance
 from lcb.optimize.artifacts import ArtifactError, JobSpec
-from lcb.optimize.conformance import bundle_hashes, load_prompt_manifest
+from lcb.optimize.conformance import load_prompt_manifest
 from lcb.optimize.job import JobPhase, run_job
 from lcb.optimize.jobdir import open_job_dir
 from lcb.optimize.journal import ROLLOUT_LOG

@@ -197,3 +197,84 @@ def test_http_clients_share_one_certificate_store_that_verifies():
         asyncio.run(client.aclose())
     assert contexts[0] is contexts[1] is tls_context()
     assert tls_context().verify_mode == ssl.CERT_REQUIRED and tls_context().check_hostname
+
+
+GENERATION_ENV_VARS = ("LCB_TEMPERATURE", "LCB_TOP_P", "LCB_MAX_TOKENS", "LCB_THINKING",
+                       "LCB_REQUEST_TIMEOUT")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in GENERATION_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_from_env_reads_the_generation_variables_and_overrides_win(clean_env):
+    for name, value in zip(GENERATION_ENV_VARS, ("0.7", "0.5", "1000", "Yes", "45"),
+                           strict=True):
+        clean_env.setenv(name, value)
+    config = ModelConfig.from_env("m")
+    assert (config.temperature, config.top_p, config.max_tokens) == (0.7, 0.5, 1000)
+    assert (config.thinking, config.timeout_s) == (True, 45.0)
+    config = ModelConfig.from_env("m", temperature=0.0, thinking=False, timeout_s=3.0)
+    assert (config.temperature, config.thinking, config.timeout_s) == (0.0, False, 3.0)
+    assert config.max_tokens == 1000
+
+
+def test_from_env_defaults_when_the_variables_are_unset_or_empty(clean_env):
+    clean_env.setenv("LCB_TOP_P", "  ")
+    config = ModelConfig.from_env("m")
+    assert (config.temperature, config.top_p, config.max_tokens) == (0.2, 0.9, 4096)
+    assert (config.thinking, config.timeout_s) == (None, 120.0)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("LCB_TEMPERATURE", "warm", "LCB_TEMPERATURE='warm': expected a number"),
+    ("LCB_TEMPERATURE", "-0.5", "LCB_TEMPERATURE='-0.5': temperature must be >= 0"),
+    ("LCB_TOP_P", "0", "LCB_TOP_P='0': top_p must be in (0, 1]"),
+    ("LCB_MAX_TOKENS", "1.5", "LCB_MAX_TOKENS='1.5': expected a whole number"),
+    ("LCB_THINKING", "perhaps", "LCB_THINKING='perhaps': expected 1/0, true/false"),
+    ("LCB_REQUEST_TIMEOUT", "nan", "LCB_REQUEST_TIMEOUT='nan': timeout_s must be > 0"),
+])
+def test_a_bad_generation_variable_is_named(clean_env, name, value, message):
+    clean_env.setenv(name, value)
+    with pytest.raises(ValueError) as info:
+        ModelConfig.from_env("m")
+    assert message in str(info.value)
+
+
+def test_an_override_makes_its_bad_variable_irrelevant(clean_env):
+    clean_env.setenv("LCB_TEMPERATURE", "warm")
+    assert ModelConfig.from_env("m", temperature=1.0).temperature == 1.0
+
+
+def test_thinking_without_vllm_extras_is_refused(clean_env):
+    with pytest.raises(ValueError, match="--no-vllm-extras switches off"):
+        ModelConfig.from_env("m", thinking=True, vllm_extras=False)
+    clean_env.setenv("LCB_THINKING", "0")
+    with pytest.raises(ValueError, match="LCB_THINKING"):
+        ModelConfig.from_env("m", vllm_extras=False)
+    assert ModelConfig.from_env("m").to_record()["thinking"] is False
+
+
+@pytest.mark.parametrize(("thinking", "extras", "sent"), [
+    (True, True, {"enable_thinking": True}), (False, True, {"enable_thinking": False}),
+    (None, True, {"enable_thinking": False}), (True, False, None),
+])
+def test_thinking_sets_the_chat_template_kwargs(thinking, extras, sent):
+    with scripted_server(["ok"]) as server:
+        config = model_config(server.base_url, thinking=thinking, vllm_extras=extras,
+                              temperature=0.9, top_p=0.3, max_tokens=77)
+
+        async def main() -> None:
+            gateway = ModelGateway(config)
+            await gateway.call([HumanMessage("hi")], tag=TAG, ledger=UsageLedger())
+            await gateway.aclose()
+
+        asyncio.run(main())
+        body = server.chat_requests()[0]
+    assert body.get("chat_template_kwargs") == sent
+    assert (body["temperature"], body["top_p"], body["max_completion_tokens"]) == (0.9, 0.3, 77)
+    assert config.generation() == {"temperature": 0.9, "top_p": 0.3, "max_tokens": 77,
+                                   "thinking": thinking, "timeout_s": 5.0}

@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -51,13 +52,15 @@ def test_summary_arithmetic_on_hand_made_records():
 def test_summary_groups_by_difficulty_in_tier_order_and_by_platform():
     summary = summarize(HAND_MADE)
     assert list(summary["by_difficulty"]) == ["easy", "medium", "hard"]
-    assert summary["by_difficulty"]["easy"] == {"n": 2, "solved": 1, "em": 0.5}
-    assert summary["by_difficulty"]["medium"] == {"n": 2, "solved": 0, "em": 0.0}
-    assert summary["by_difficulty"]["hard"] == {"n": 1, "solved": 1, "em": 1.0}
+
+    def group(n, solved, em):  # one program per problem: n problems, none truncated
+        return {"n": n, "n_problems": n, "solved": solved, "em": em, "n_truncated": 0}
+
+    assert summary["by_difficulty"]["easy"] == group(2, 1, 0.5)
+    assert summary["by_difficulty"]["medium"] == group(2, 0, 0.0)
+    assert summary["by_difficulty"]["hard"] == group(1, 1, 1.0)
     assert summary["by_platform"] == {
-        "atcoder": {"n": 2, "solved": 1, "em": 0.5},
-        "codeforces": {"n": 1, "solved": 0, "em": 0.0},
-        "leetcode": {"n": 2, "solved": 1, "em": 0.5},
+        "atcoder": group(2, 1, 0.5), "codeforces": group(1, 0, 0.0), "leetcode": group(2, 1, 0.5),
     }
 
 
@@ -209,8 +212,65 @@ def test_summaries_of_runs_scores_and_jobs_all_use_pass_at_1():
             {"id": "b", "em": 0, "difficulty": "easy", "platform": "x"},
             {"id": "c", "em": 1, "difficulty": "easy", "platform": "y"}]
     run, scored = summarize(rows), summarize_scores(rows)
-    assert run["em"] == scored["pass@1"] == pass_at_1((r["id"], r["em"]) for r in rows)
+    assert run["em"] == scored["em"] == pass_at_1((r["id"], r["em"]) for r in rows)
+    assert run["pass_at_k"] == scored["pass_at_k"] == {"1": run["em"]}
     assert list(run["by_difficulty"]) == list(scored["by_difficulty"]) == ["easy", "hard"]
-    assert run["by_difficulty"]["easy"]["em"] == scored["by_difficulty"]["easy"]["pass@1"] == 0.5
+    assert run["by_difficulty"]["easy"]["em"] == scored["by_difficulty"]["easy"]["em"] == 0.5
     items = [ItemOutcome(id=r["id"], baseline=r["em"], deployed=1) for r in rows]
     assert JobResult.from_items(items, deployed_label="incumbent").baseline == run["em"]
+
+
+def test_summary_of_samples_and_truncation_by_hand():
+    rows = [rec("a", 1, truncated=True), rec("a", 0, sample=1), rec("a", 0, sample=2),
+            rec("b", 1, difficulty="hard"), rec("b", 1, sample=1, difficulty="hard",
+                                                  truncated=True, code=None)]
+    summary = summarize(rows)
+    assert (summary["n"], summary["n_problems"], summary["samples_per_problem"]) == (5, 2, 2)
+    assert summary["em"] == (1 / 3 + 1) / 2 and summary["pass_at_k"] == {"1": summary["em"]}
+    assert summary["extracted_em"] == (1 / 3 + 1) / 2 and summary["n_extracted"] == 4
+    assert (summary["n_truncated"], summary["truncation_rate"]) == (2, 2 / 5)
+    assert summary["by_difficulty"]["hard"] == {"n": 2, "n_problems": 1, "solved": 2,
+                                                "em": 1.0, "n_truncated": 1}
+    assert summary["ci"]["resamples"] == 1000 and summary["ci"]["level"] == 0.95
+    assert summary["ci"]["low"] <= summary["em"] <= summary["ci"]["high"]
+    empty = summarize([])
+    assert (empty["truncation_rate"], empty["samples_per_problem"], empty["ci"]["low"]) == (
+        0.0, 0, None)
+
+
+def test_record_carries_sample_and_why_the_answer_ended():
+    row = make_record().to_dict()
+    assert (row["sample"], row["finish_reason"], row["truncated"], row["n_truncated_calls"]) == (
+        0, None, False, 0)
+    row = make_record(sample=3, finish_reason="length", truncated=True).to_dict()
+    assert (row["sample"], row["finish_reason"], row["truncated"]) == (3, "length", True)
+
+
+def test_build_record_takes_the_ending_from_the_team_fields():
+    from lcb.data.problems import decode_row
+    from lcb.runs.outcomes import build_record
+    from lcb.runs.runner import RunConfig
+    from lcb.teams import TeamResult
+    from tests.helpers_data import stdin_row
+
+    problem = decode_row(stdin_row("p1"))
+    config = RunConfig(topology="single", model=_model(),
+                       paths=RunPaths(predictions=Path("x.jsonl")))
+    fields = {"finish_reason": "length", "truncated": True, "n_truncated_calls": 2, "vote": 1}
+    result = TeamResult(code=None, final_text="", transcript=[], prompt_tokens=3,
+                        completion_tokens=4, n_llm_calls=2, n_tool_calls=0, usage_by_role={},
+                        fields=fields)
+    row = build_record(problem, result, None, config=config, latency_s=1.0, error=None,
+                       sample=2).to_dict()
+    assert (row["finish_reason"], row["truncated"], row["n_truncated_calls"]) == ("length", True, 2)
+    assert (row["sample"], row["vote"], row["seed"]) == (2, 1, 0)
+    bare = build_record(problem, TeamResult.failed("down"), None, config=config, latency_s=0.0,
+                        error="down").to_dict()
+    assert (bare["finish_reason"], bare["truncated"], bare["n_truncated_calls"]) == (None, False, 0)
+    assert bare["sample"] == 0
+
+
+def _model():
+    from lcb.agents.models import ModelConfig
+
+    return ModelConfig(base_url="http://127.0.0.1:9/v1", model_id="m")

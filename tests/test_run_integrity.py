@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lcb.cli import app
+from lcb.data.datasets import Selection
 from lcb.runs.lock import LOCK_NAME, OutputLock, file_lock, run_lock
 from lcb.runs.records import read_records
 from lcb.runs.rundir import OutputError, RunPaths, read_transcript, write_transcript
@@ -62,8 +63,8 @@ def test_a_locked_out_dir_is_refused_before_any_work_and_resumes_after_the_holde
     ids = problem_ids(3)
     server = scripted(script({qid: [RIGHT] for qid in ids}))
     out = tmp_path / "out"
-    run(run_config(server.base_url, write_problems(tmp_path / "two.jsonl", ids[:2]), out))
     data = write_problems(tmp_path / "all.jsonl", ids)
+    run(run_config(server.base_url, data, out, selection=Selection(limit=2)))
     holder = hold_lock(out)
     try:
         before, calls = snapshot(out), len(server.chat_requests())

@@ -8,6 +8,7 @@ import os
 import weakref
 
 import pytest
+from rich.console import Console
 
 from lcb.agents.models import EndpointError
 from lcb.grading import SandboxUnavailable
@@ -216,7 +217,7 @@ def test_resume_refuses_records_of_another_model(scripted, tmp_path):
     server = scripted(["OK"])
     out = tmp_path / "preds.jsonl"
     out.write_text(json.dumps({"id": "q000", "em": 1, "topology": "single", "model": "x"}) + "\n")
-    with pytest.raises(OutputError, match="model 'x'"):
+    with pytest.raises(OutputError, match="model = 'x'"):
         run(run_config(server.base_url, data, out=out, resume=True))
 
 
@@ -280,9 +281,10 @@ def test_plain_progress_lines_count_done_pass_rate_errors_and_tokens():
         progress.update({"id": "b", "em": 0, "error": "boom", "prompt_tokens": 500})
         progress.update({"id": "c", "em": 1, "completion_tokens": 1})
     lines = stream.getvalue().splitlines()
-    assert lines[0].startswith("[batch] 2/3  pass@1 0.500  errors 1  tokens 1.5k")
-    assert lines[1].startswith("[batch] 3/3  pass@1 0.667  errors 1  tokens 1.5k")
-    assert len(lines) == 2  # the end repeats no line already printed
+    assert lines[0].startswith("[batch] 0/3  pass@1 0.000  errors 0  tokens 0")  # at once
+    assert lines[1].startswith("[batch] 2/3  pass@1 0.500  errors 1  tokens 1.5k")
+    assert lines[2].startswith("[batch] 3/3  pass@1 0.667  errors 1  tokens 1.5k")
+    assert len(lines) == 3  # the end repeats no line already printed
 
 
 def test_terminal_progress_bar_renders_the_same_counts():
@@ -308,3 +310,57 @@ def test_a_tier_that_cannot_run_here_stops_the_batch_before_any_model_call(tmp_p
     with pytest.raises(SandboxUnavailable, match="bwrap.*Permission denied"):
         run(config)
     assert not (tmp_path / "out" / "predictions.jsonl").exists()
+
+
+def test_a_truncated_answer_marks_its_record_and_the_truncation_rate(scripted, tmp_path):
+    from lcb.runs.tables import print_summary
+
+    ids = problem_ids(2)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    cut = Reply(content=RIGHT, finish_reason="length")
+    server = scripted(script({ids[0]: [cut], ids[1]: [RIGHT]}))
+    summary = run(run_config(server.base_url, data, tmp_path / "out"))
+    records = {r["id"]: r for r in read_lines(tmp_path / "out" / "predictions.jsonl")}
+    assert (records[ids[0]]["finish_reason"], records[ids[0]]["truncated"]) == ("length", True)
+    assert records[ids[0]]["n_truncated_calls"] == 1
+    assert (records[ids[1]]["finish_reason"], records[ids[1]]["truncated"]) == ("stop", False)
+    assert (summary["n_truncated"], summary["truncation_rate"]) == (1, 0.5)
+    assert summary["by_difficulty"]["easy"]["n_truncated"] == 1  # ids[0] is the easy one
+
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(summary, console=console)
+    text = console.file.getvalue()
+    assert "truncated 50.0% (1 of 2)" in text
+    def cells(line: str, bar: str) -> list[str]:
+        return [cell.strip() for cell in line.split(bar)[1:-1]]
+
+    lines = text.splitlines()
+    header = next(cells(line, "┃") for line in lines if "┃ set" in line)
+    everything = next(cells(line, "│") for line in lines if "│ all " in line)
+    assert header == ["set", "n", "solved", "pass@1", "truncated"]  # truncation next to pass@1
+    assert everything == ["all", "2", "2", "1.000", "50.0%"]
+
+
+def test_lcb_score_of_a_runs_records_gives_the_runs_summary(scripted, tmp_path):
+    from typer.testing import CliRunner
+
+    from lcb.cli import app
+    from lcb.runs.records import SUMMARY_KEYS
+
+    ids = problem_ids(4)
+    data = write_problems(tmp_path / "rows.jsonl", ids)
+    server = scripted(script({ids[0]: [RIGHT], ids[1]: [WRONG], ids[2]: [RIGHT],
+                              ids[3]: ["no program here"]}))
+    ran = run(run_config(server.base_url, data, tmp_path / "out", samples=2))
+    results = tmp_path / "scored.jsonl"
+    result = CliRunner().invoke(app, [
+        "score", "--data", str(data), "--predictions", str(tmp_path / "out" / "predictions.jsonl"),
+        "--out", str(results), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    scored = json.loads((tmp_path / "scored.summary.json").read_text())
+    for name in SUMMARY_KEYS:
+        if name != "n_errors":  # a line with no program is an error line to `lcb score`
+            assert scored[name] == ran[name], name
+    assert (ran["n_errors"], scored["n_errors"]) == (0, 2)
+    assert (scored["n_selected"], scored["n_missing"]) == (ran["n_selected"], ran["n_missing"])
+    assert (ran["n"], ran["em"], ran["pass_at_k"]) == (8, 0.5, {"1": 0.5})

@@ -1,4 +1,5 @@
-"""`lcb score` on the bundled sample set: grades, per-line errors, order, summary."""
+"""`lcb score` on the bundled sample set: grades, per-line errors, order, summary, samples,
+missing predictions."""
 
 from __future__ import annotations
 
@@ -22,14 +23,19 @@ def _write(path: Path, lines: list[object]) -> Path:
     return path
 
 
-def _score(tmp_path: Path, lines: list[object], *extra: str) -> tuple[list[dict], dict, str]:
+def _invoke(tmp_path: Path, lines: list[object], *extra: str):
     pred = _write(tmp_path / "pred.jsonl", lines)
     out = tmp_path / "results.jsonl"
     result = CliRunner().invoke(app, ["score", "--data", "sample", "--predictions", str(pred),
                                       "--out", str(out), "--jobs", "2", *extra])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    return rows, json.loads(summary_path(out).read_text()), result.output
+    return rows, json.loads(summary_path(out).read_text()), result
+
+
+def _score(tmp_path: Path, lines: list[object], *extra: str) -> tuple[list[dict], dict, str]:
+    rows, summary, result = _invoke(tmp_path, lines, *extra)
+    return rows, summary, result.output
 
 
 def test_reference_solutions_all_pass_in_input_order(tmp_path):
@@ -39,10 +45,14 @@ def test_reference_solutions_all_pass_in_input_order(tmp_path):
     assert [r["id"] for r in rows] == ids and [r["sample"] for r in rows] == list(range(len(ids)))
     assert all(r["em"] == 1 and r["pass"] == r["total"] > 0 and r["error"] is None for r in rows)
     assert all(r["grader"] == "default" and r["difficulty"] and r["platform"] for r in rows)
-    assert summary["pass@1"] == 1.0 and summary["with_code"]["n_problems"] == len(ids)
+    assert summary["em"] == 1.0 and summary["pass_at_k"] == {"1": 1.0}
+    assert summary["n"] == summary["n_problems"] == summary["n_extracted"] == len(ids)
+    assert (summary["n_missing"], summary["missing_ids"], summary["n_invalid"]) == (0, [], 0)
+    assert summary["ci"]["low"] == summary["ci"]["high"] == 1.0
     assert set(summary["by_difficulty"]) <= {"easy", "medium", "hard"}
-    assert sum(b["n_predictions"] for b in summary["by_platform"].values()) == len(ids)
-    assert "pass@1" in printed and "overall" in printed
+    assert sum(b["n"] for b in summary["by_platform"].values()) == len(ids)
+    assert "pass@1" in printed and "with extracted code" in printed
+    assert "line(s) not graded" not in printed
 
 
 def test_bad_lines_become_error_records_and_others_are_graded(tmp_path):
@@ -57,7 +67,7 @@ def test_bad_lines_become_error_records_and_others_are_graded(tmp_path):
         {"id": good, "code": WRONG, "tag": "wrong"},
         {"id": other, "predicted_code": reference_solution(other)},
     ]
-    rows, summary, _ = _score(tmp_path, lines)
+    rows, summary, result = _invoke(tmp_path, lines)
     assert [r["line"] for r in rows] == list(range(1, 9))
     errors = {r["line"]: r["error"] for r in rows if r["error"]}
     assert set(errors) == {2, 3, 4, 5, 6}
@@ -67,8 +77,18 @@ def test_bad_lines_become_error_records_and_others_are_graded(tmp_path):
     assert [r["em"] for r in rows] == [1, 0, 0, 0, 0, 0, 0, 1]
     assert rows[0]["tag"] == "right" and rows[6]["tag"] == "wrong" and rows[6]["feedback"]
     assert summary["n_invalid"] == 4 and summary["n_lines"] == 8
-    assert summary["n_problems"] == 2 and summary["pass@1"] == pytest.approx((1 / 3 + 1) / 2)
-    assert summary["with_code"]["pass@1"] == pytest.approx((1 / 2 + 1) / 2)
+    assert (summary["n"], summary["n_problems"], summary["n_errors"]) == (4, 2, 1)
+    assert summary["em"] == pytest.approx((1 / 3 + 1) / 2)
+    assert summary["extracted_em"] == pytest.approx((1 / 2 + 1) / 2)
+    # Every line that was not graded is named on stderr, with its number and reason.
+    said = result.stderr.splitlines()
+    assert said[0] == "5 line(s) not graded:"
+    assert said[1].startswith("  line 2: not valid JSON")
+    assert said[2] == "  line 3: id 'no_such_problem' is not among the selected problems"
+    assert said[3] == "  line 4: no program: 'code' must be a non-empty string"
+    assert said[4] == "  line 5: expected a JSON object, got list"
+    assert said[5] == "  line 6: no 'id' (a question_id)"
+    assert len(said) == 6  # no missing problem: the predictions name the selection
 
 
 def test_a_line_that_is_not_utf8_is_an_error_line_and_the_rest_is_graded(tmp_path):
@@ -138,5 +158,62 @@ def test_parse_line_and_summary_units():
             {"id": "b", "em": 0, "difficulty": "easy", "platform": "p", "has_code": False},
             {"id": None, "em": 0, "difficulty": None, "error": "line 3: bad"}]
     summary = summarize_scores(rows)
-    assert summary["pass@1"] == 0.5 and summary["with_code"]["pass@1"] == 1.0
+    assert summary["em"] == 0.5 and summary["extracted_em"] == 1.0
     assert list(summary["by_difficulty"]) == ["easy", "hard"] and summary["n_invalid"] == 1
+    assert (summary["n_selected"], summary["n_missing"]) == (2, 0)
+
+
+def test_several_predictions_per_id_are_samples_with_pass_at_k(tmp_path):
+    first, second = sample_ids()[:2]
+    lines = ([{"id": first, "code": reference_solution(first)}]
+             + [{"id": first, "code": WRONG}] * 5 + [{"id": second, "code": WRONG}] * 6)
+    rows, summary, printed = _score(tmp_path, lines)
+    assert [r["em"] for r in rows] == [1] + [0] * 11
+    # first: n=6, c=1: pass@1 = 1/6, pass@5 = 1 - C(5,5)/C(6,5) = 5/6; second: 0 and 0.
+    assert summary["pass_at_k"] == {"1": (1 / 6) / 2, "5": (5 / 6) / 2}
+    assert summary["em"] == (1 / 6) / 2
+    assert (summary["n"], summary["n_problems"], summary["samples_per_problem"]) == (12, 2, 6)
+    assert "pass@5 0.417" in printed and "problems" in printed
+
+
+def test_selected_problems_without_a_prediction_are_named_and_left_out(tmp_path):
+    ids = sample_ids()[:8]
+    lines = [{"id": ids[0], "code": reference_solution(ids[0])},
+             {"id": ids[1], "code": reference_solution(ids[1])}, {"id": ids[1], "code": WRONG}]
+    _, summary, result = _invoke(tmp_path, lines, "--limit", "8")
+    assert summary["missing_ids"] == ids[2:] and summary["n_missing"] == 6
+    assert (summary["n_selected"], summary["n_problems"], summary["n"]) == (8, 2, 3)
+    assert summary["em"] == (1 + 1 / 2) / 2 and summary["missing_as_fail"] is False
+    named = ", ".join(ids[2:7])
+    assert result.stderr.splitlines() == [
+        f"6 of 8 selected problem(s) have no prediction: {named} and 1 more; left out of "
+        "pass@1 (--missing-as-fail counts them as failures)."]
+
+
+def test_missing_as_fail_counts_each_missing_problem_as_one_failure(tmp_path):
+    ids = sample_ids()[:8]
+    lines = [{"id": ids[0], "code": reference_solution(ids[0])},
+             {"id": ids[1], "code": reference_solution(ids[1])}, {"id": ids[1], "code": WRONG}]
+    rows, summary, result = _invoke(tmp_path, lines, "--limit", "8", "--missing-as-fail")
+    assert len(rows) == 3  # the missing problems get no result line
+    assert (summary["n"], summary["n_problems"], summary["n_missing"]) == (9, 8, 6)
+    assert summary["em"] == (1 + 1 / 2 + 0 * 6) / 8 and summary["n_extracted"] == 3
+    assert summary["missing_as_fail"] is True
+    assert "; counted as failures (--missing-as-fail)." in result.stderr
+
+
+def test_run_and_score_summaries_share_one_schema(tmp_path):
+    from lcb.runs.records import SUMMARY_KEYS, summarize
+
+    first, second = sample_ids()[:2]
+    lines = [{"id": first, "code": reference_solution(first)}, {"id": second, "code": WRONG}]
+    rows, scored, _ = _score(tmp_path, lines)
+    record_rows = [{**row, "predicted_code": row["code"]} for row in rows]
+    run = summarize(record_rows)
+    for name in SUMMARY_KEYS:  # every schema key in both, with the same meaning
+        assert name in scored and name in run, name
+        assert scored[name] == run[name], name
+    assert {"n_selected", "n_missing"} <= set(scored)
+    assert set(scored["by_difficulty"]["easy"]) == set(run["by_difficulty"]["easy"]) == {
+        "n", "n_problems", "solved", "em", "n_truncated"}
+    assert "pass@1" not in scored and "with_code" not in scored  # the old score-only names

@@ -143,3 +143,70 @@ def test_paths_outside_v1_get_404():
         status, body, _ = post(server.base_url.removesuffix("/v1"), chat("q"))
     assert status == 404 and "no route" in body["error"]["message"]
     assert server.chat_requests() == []
+
+
+def stream(base_url: str, body: dict, *, timeout: float = 10.0) -> tuple[str, list]:
+    """POST a streaming request; the content type and the decoded events (`[DONE]` as is)."""
+    request = urllib.request.Request(
+        f"{base_url}/chat/completions", data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        kind, text = response.headers["Content-Type"], response.read().decode()
+    frames = [f.removeprefix("data: ") for f in text.split("\n\n") if f]
+    return kind, [f if f == "[DONE]" else json.loads(f) for f in frames]
+
+
+def test_stream_sends_sse_chunks_then_finish_reason_usage_and_done():
+    reply = Reply("abcdefghij", chunk_chars=4, finish_reason="length", prompt_tokens=5,
+                  completion_tokens=3, reasoning_tokens=2)
+    with scripted_server([reply]) as server:
+        kind, events = stream(server.base_url,
+                              {**chat("q"), "stream_options": {"include_usage": True}})
+        [record] = server.requests
+    assert kind == "text/event-stream" and events[-1] == "[DONE]"
+    deltas = [e["choices"][0]["delta"] for e in events[:-2]]
+    assert deltas == [{"role": "assistant", "content": ""}, {"content": "abcd"},
+                      {"content": "efgh"}, {"content": "ij"}, {}]
+    assert [e["choices"][0]["finish_reason"] for e in events[:-2]] == [None] * 4 + ["length"]
+    assert events[-2]["choices"] == [] and events[-2]["usage"] == {
+        "prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8,
+        "completion_tokens_details": {"reasoning_tokens": 2}}
+    assert (record.streamed, record.chunks_sent, record.client_closed) == (True, 6, False)
+
+
+def test_stream_without_include_usage_has_no_usage_chunk_and_tool_calls_come_as_deltas():
+    calls = Reply.calls(ToolCall("python_exec", {"code": "x"}, id="c7"), chunk_chars=5)
+    with scripted_server([calls]) as server:
+        _, events = stream(server.base_url, chat("q"))
+    assert all(e == "[DONE]" or e["choices"] for e in events)
+    deltas = [e["choices"][0]["delta"].get("tool_calls") for e in events[1:-2]]
+    head = {"id": "c7", "type": "function", "index": 0,
+            "function": {"name": "python_exec", "arguments": ""}}
+    parts = [d[0]["function"]["arguments"] for d in deltas[1:]]
+    assert deltas[0] == [head] and "".join(parts) == '{"code": "x"}'
+    assert parts == ['{"cod', 'e": "', 'x"}']
+    assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_stream_pacing_and_a_client_that_hangs_up_mid_stall_is_recorded():
+    with scripted_server([Reply("abcdefgh", chunk_chars=2, chunk_delay_s=0.1)]) as server:
+        started = time.monotonic()
+        _, events = stream(server.base_url, chat("q"))
+        paced = time.monotonic() - started
+    assert len(events) == 7  # role, 4 pieces, finish, [DONE]: 5 gaps of 0.1 s before [DONE]
+    assert paced >= 0.5
+    with scripted_server([Reply.stall_mid_stream(30.0, after=2)]) as server:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            stream(server.base_url, chat("q"), timeout=0.5)
+        assert server.wait_for_close(1, timeout=2.0)
+        [record] = server.requests
+    assert (record.chunks_sent, record.client_closed) == (2, True)
+    assert time.monotonic() - started < 5
+
+
+def test_errors_before_a_stream_are_plain_json():
+    with scripted_server([Reply.error(503)]) as server:
+        status, body, _ = post(server.base_url, {**chat("q"), "stream": True})
+    assert status == 503 and body["error"]["message"] == "scripted HTTP 503"
+    assert not server.requests[0].streamed

@@ -1,17 +1,46 @@
-"""The one wrapper every model call goes through: concurrency cap, retries, usage, think-stripping.
+"""The one wrapper every model call goes through: streaming, concurrency cap, retries, usage,
+think-stripping.
 
 Contract:
 - `ModelGateway.call(messages, tag=..., ledger=...)` sends one chat request and returns the
   assistant message with `<think>…</think>` removed from its text. It holds the shared request
   semaphore only while a request is in flight (not while backing off).
-- Retried, with exponential backoff and jitter: HTTP 408/409/429/5xx, timeouts and connection
-  errors, at most `config.max_retries` times. Anything else (400, 401, 404, ...) fails at once.
+- Every request streams (`astream`); the chunks are joined into one message, tool-call deltas
+  included, and tool-call arguments are parsed only once the stream is complete (arguments that
+  are not valid JSON stay `invalid_tool_calls`, as without streaming). `config.timeout_s` bounds
+  each wait for data (the response head, then each chunk; see `build_chat_model`), never the
+  whole reply: a long answer that keeps arriving is never cut. A stream left early (that idle
+  timeout, a cancelled task, Ctrl-C) is closed there and then, so its connection is dropped and
+  the server stops generating; the idle timeout then raises `IdleTimeout`. A stream from a real
+  server that ends without a finish reason was interrupted (`StreamCut`): what came is no
+  answer, and the request is retried like a dropped connection.
+- Retried, with exponential backoff and jitter: HTTP 408/409/429/5xx, timeouts (a stream that
+  went silent, too) and connection errors (a stream cut mid-way, too), at most
+  `config.max_retries` times. Anything else (400, 401, 404, ...) fails at once.
   When the call fails for good it raises `ModelCallError` (after recording the failed call).
   `ModelCallError.bad_request` is True when the server refused the request itself as malformed
   or too long (HTTP 400, 413, 422: the same request would be refused again), with the server's
   own words in `server_message`; every other failure (5xx, timeouts, 401, 404) is not.
 - Every call is recorded once in the given `UsageLedger` with its tag, attempts and seed, from
-  the usage numbers of the response (`usage_metadata`); a response without usage counts 0.
+  the usage numbers of the response (`usage_metadata`: the stream's final usage chunk); a
+  response without usage counts 0. The record also keeps why the answer ended
+  (`finish_reason`; `truncated` when it is "length", the max_tokens cut) and the reasoning
+  tokens when the server reports them. The returned message carries the same in
+  `response_metadata["lcb"]`: `attempts`, `latency_s`, `seed`, `finish_reason`, `truncated`,
+  `reasoning_tokens`, `cached`.
+- Several endpoints (`config.base_urls`): each attempt goes to the live endpoint with the
+  fewest requests in flight (`lcb.agents.endpoints.EndpointPool`); a refused or cut
+  connection takes an endpoint down for a cool-down, and so do repeated timeouts or 5xx; a
+  retry prefers another endpoint, and goes there without the backoff wait when the one that
+  failed is down. With one endpoint, retries and backoff are as without the pool.
+- With a `ResponseCache` (`lcb.agents.cache`), a call whose key (model, messages, tools,
+  sampling, seed, `sample`, `purpose`, agent) is stored is answered from it: no request, the
+  stored tokens counted again (as the original counted them: usage describes the answers a
+  run used, whoever paid for them), `attempts` 0, and `cached: true` in the `CallRecord` and
+  in `response_metadata["lcb"]` (so in the transcript). A call answered by the endpoint is
+  stored whole; a failed call never is. In replay mode (`ResponseCache.replay`) a call that is
+  not stored fails at once with `CacheMiss` (a `ModelCallError` naming problem, role, agent,
+  turn, sample and purpose) and sends nothing.
 - `request_seed(run_seed, *parts)` derives the per-request seed from the run seed and the call's
   identity (problem, agent, turn), so reruns send the same seeds and replicas differ.
 """
@@ -23,71 +52,46 @@ import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
+import httpx
 import openai
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.utils import message_chunk_to_message
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from lcb.agents.cache import CachedReply, ResponseCache, cache_key, request_sampling
+from lcb.agents.endpoints import Endpoint, EndpointPool, Verdict
+from lcb.agents.failures import (  # re-exported: the gateway's failures are part of its contract
+    BAD_REQUEST_STATUS,
+    RETRYABLE_STATUS,
+    TRANSPORT_ERRORS,
+    CacheMiss,
+    IdleTimeout,
+    ModelCallError,
+    StreamCut,
+    describe_error,
+    is_retryable,
+    retry_after,
+    server_message,
+    verdict_of,
+)
 from lcb.agents.models import ModelConfig, build_chat_model, new_http_client
 from lcb.agents.usage import CallRecord, CallTag, UsageLedger
 from lcb.runs.extract import strip_think
 
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-BAD_REQUEST_STATUS = frozenset({400, 413, 422})  # the request's own fault: deterministic
+__all__ = ["BAD_REQUEST_STATUS", "RETRYABLE_STATUS", "TRANSPORT_ERRORS", "TRUNCATED", "CacheMiss",
+           "IdleTimeout", "ModelCallError", "ModelGateway", "StreamCut", "describe_error",
+           "is_retryable", "request_seed", "server_message", "verdict_of", "whole_message"]
+
 Sleep = Callable[[float], Awaitable[Any]]
-
-
-class ModelCallError(RuntimeError):
-    """A model call that failed for good (after retries, or at once when not retryable)."""
-
-    def __init__(self, tag: CallTag, attempts: int, cause: BaseException):
-        self.tag, self.attempts, self.cause = tag, attempts, cause
-        super().__init__(
-            f"model call failed after {attempts} attempt(s) "
-            f"(role {tag.role}, turn {tag.turn}): {describe_error(cause)}"
-        )
-
-    @property
-    def status(self) -> int | None:
-        """The HTTP status of the failure (None for timeouts and connection errors)."""
-        status = getattr(self.cause, "status_code", None)
-        return status if isinstance(status, int) else None
-
-    @property
-    def bad_request(self) -> bool:
-        """True when the server refused the request as malformed or too long (module doc)."""
-        return self.status in BAD_REQUEST_STATUS
-
-    @property
-    def server_message(self) -> str:
-        """The server's own error message (the `error.message` of an OpenAI-style body)."""
-        return server_message(self.cause)
-
-
-def server_message(err: BaseException) -> str:
-    """The message an OpenAI-compatible server put in its error body, else the error's text."""
-    body = getattr(err, "body", None)
-    message = body.get("message") if isinstance(body, dict) else None
-    if isinstance(message, str) and message.strip():
-        return message.strip()
-    return str(getattr(err, "message", None) or err or type(err).__name__)
-
-
-def describe_error(err: BaseException) -> str:
-    """A one-line description of a client error (status code and message when known)."""
-    status = getattr(err, "status_code", None)
-    message = getattr(err, "message", None) or str(err) or type(err).__name__
-    return f"HTTP {status}: {message}" if status else f"{type(err).__name__}: {message}"
-
-
-def is_retryable(err: BaseException) -> bool:
-    """Timeouts, connection errors, 408/409/429 and 5xx are worth another attempt."""
-    if isinstance(err, openai.APIConnectionError | asyncio.TimeoutError):
-        return True  # openai.APITimeoutError is a connection error
-    status = getattr(err, "status_code", None)
-    return isinstance(status, int) and (status in RETRYABLE_STATUS or status >= 500)
+TRUNCATED = "length"  # the finish reason of an answer cut at max_tokens
 
 
 def request_seed(run_seed: int, *parts: object) -> int:
@@ -96,18 +100,31 @@ def request_seed(run_seed: int, *parts: object) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def _retry_after(err: BaseException) -> float | None:
-    response = getattr(err, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+def whole_message(chunk: BaseMessage | None) -> AIMessage:
+    """The message a stream's chunks add up to. Tool-call arguments are parsed here, from the
+    joined deltas, as the OpenAI client parses a whole reply: strict JSON or an invalid call
+    (the chunks' own parse forgives a cut-off object, which would run a truncated program)."""
+    if chunk is None:
+        return AIMessage("")
+    if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream answers whole
+        return chunk if isinstance(chunk, AIMessage) else AIMessage(chunk.text)
+    calls, invalid = [], []
+    for part in chunk.tool_call_chunks:
+        raw = {"id": part.get("id"),
+               "function": {"name": part.get("name") or "", "arguments": part.get("args") or ""}}
+        try:
+            calls.append(parse_tool_call(raw, return_id=True))
+        except OutputParserException as err:
+            invalid.append(make_invalid_tool_call(raw, str(err)))
+    message = message_chunk_to_message(chunk)
+    return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 class ModelGateway:
-    """Shared by every agent of a batch: one chat model, one request semaphore, one HTTP client.
-    Use it within one event loop and `aclose()` it there."""
+    """Shared by every agent of a batch: one chat model per endpoint, one request semaphore,
+    one HTTP client, the endpoint pool and the response cache (if any). `purpose` is the cache
+    purpose of its calls (`lcb.agents.cache.PURPOSES`). Use it within one event loop and
+    `aclose()` it there."""
 
     def __init__(
         self,
@@ -116,14 +133,22 @@ class ModelGateway:
         chat_model: BaseChatModel | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        cache: ResponseCache | None = None,
+        purpose: str = "batch",
     ):
-        self.config = config
+        self.config, self.cache, self.purpose = config, cache, purpose
+        urls = (config.base_url,) if chat_model is not None else config.base_urls
+        self.endpoints = EndpointPool(urls)
         self._http = None if chat_model is not None else new_http_client(config)
-        self.chat_model = chat_model or build_chat_model(config, http_client=self._http)
+        self._models = {url: chat_model or build_chat_model(replace(config, base_url=url),
+                                                            http_client=self._http)
+                        for url in urls}
+        self.chat_model = self._models[config.base_url]
         self._semaphore = asyncio.Semaphore(config.max_concurrent_requests)
         self._sleep = sleep
         self._rng = rng or random.Random(0)
-        self._bound: dict[tuple[str, ...], Any] = {}
+        self._bound: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._schemas: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     async def aclose(self) -> None:
         """Close the HTTP client this gateway made (if any)."""
@@ -135,14 +160,25 @@ class ModelGateway:
         cfg = self.config
         delay = min(cfg.retry_backoff_max_s, cfg.retry_backoff_s * 2 ** (attempt - 1))
         delay *= 0.5 + self._rng.random() / 2
-        hinted = _retry_after(err)
+        hinted = retry_after(err)
         return min(cfg.retry_backoff_max_s, max(delay, hinted)) if hinted else delay
 
-    def _runnable(self, tools: Sequence[BaseTool]) -> Any:
-        key = tuple(t.name for t in tools)
+    def _runnable(self, tools: Sequence[BaseTool], url: str) -> Any:
+        key = (url, tuple(t.name for t in tools))
         if key not in self._bound:
-            self._bound[key] = self.chat_model.bind_tools(list(tools)) if tools else self.chat_model
+            model = self._models[url]
+            self._bound[key] = model.bind_tools(list(tools)) if tools else model
         return self._bound[key]
+
+    def cache_key(self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool], *,
+                  tag: CallTag, seed: int | None, sample: int, purpose: str) -> str:
+        """The response-cache key of this call (`lcb.agents.cache.cache_key`)."""
+        names = tuple(t.name for t in tools)
+        if names not in self._schemas:
+            self._schemas[names] = [convert_to_openai_tool(t) for t in tools]
+        return cache_key(model_id=self.config.model_id, messages=messages,
+                         tools=self._schemas[names], sampling=request_sampling(self.config),
+                         seed=seed, sample=sample, purpose=purpose, agent=tag.agent)
 
     async def call(
         self,
@@ -152,36 +188,109 @@ class ModelGateway:
         ledger: UsageLedger,
         tools: Sequence[BaseTool] = (),
         seed: int | None = None,
+        sample: int = 0,
+        purpose: str | None = None,
     ) -> AIMessage:
-        """Send one request (retrying as the module says); return the think-stripped answer."""
-        runnable = self._runnable(tools)
+        """Send one request (retrying as the module says); return the think-stripped answer.
+        With a cache, a stored answer comes back without a request (`sample` and `purpose`,
+        default the gateway's, are part of its key)."""
+        purpose = purpose or self.purpose
+        started = time.monotonic()
+        key = None if self.cache is None else self.cache_key(
+            messages, tools, tag=tag, seed=seed, sample=sample, purpose=purpose)
+        if key is not None and self.cache is not None:
+            stored = self.cache.get(key)
+            if stored is not None:
+                return self._finish(stored.message(), tag=tag, ledger=ledger, attempts=0,
+                                    latency_s=time.monotonic() - started, seed=seed,
+                                    cached=True)
+            if self.cache.replay:
+                miss = CacheMiss(tag, sample=sample, purpose=purpose)
+                ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
+                raise miss
+        reply, attempts = await self._send(messages, tools, tag=tag, ledger=ledger, seed=seed)
+        if key is not None and self.cache is not None:
+            self.cache.put(key, CachedReply.of(reply), model=self.config.model_id,
+                           purpose=purpose)
+        return self._finish(reply, tag=tag, ledger=ledger, attempts=attempts,
+                            latency_s=time.monotonic() - started, seed=seed, cached=False)
+
+    async def _send(self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool], *,
+                    tag: CallTag, ledger: UsageLedger, seed: int | None
+                    ) -> tuple[AIMessage, int]:
+        """The answer and the attempts it took. Each attempt goes to the least busy live
+        endpoint; a retry after an endpoint went down moves to another one at once."""
         kwargs = {"seed": seed} if seed is not None else {}
         started = time.monotonic()
-        attempt = 0
+        attempt, endpoint, moved_once = 0, None, False
         while True:
             attempt += 1
             try:
                 async with self._semaphore:
-                    reply = await runnable.ainvoke(list(messages), **kwargs)
-                break
+                    endpoint = self.endpoints.acquire(avoid=endpoint)
+                    return await self._attempt(endpoint, tools, messages, kwargs), attempt
             except Exception as err:  # noqa: BLE001 - classified below, re-raised as data
                 if attempt > self.config.max_retries or not is_retryable(err):
                     failed = CallRecord(tag, 0, 0, attempt, time.monotonic() - started, seed,
                                         error=describe_error(err))
                     ledger.add_call(failed)
                     raise ModelCallError(tag, attempt, err) from err
-                await self._sleep(self.backoff(attempt, err))
-        return self._finish(reply, tag=tag, ledger=ledger, attempts=attempt,
-                            latency_s=time.monotonic() - started, seed=seed)
+                # Straight to another endpoint once, if this one went down and another is
+                # healthy; otherwise (every endpoint failing at once: a restart) back off.
+                moved = (not moved_once and endpoint is not None
+                         and not self.endpoints.is_live(endpoint)
+                         and self.endpoints.other_healthy(endpoint))
+                moved_once = moved_once or moved
+                if not moved:
+                    await self._sleep(self.backoff(attempt, err))
+
+    async def _attempt(self, endpoint: Endpoint, tools: Sequence[BaseTool],
+                       messages: Sequence[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        """One request to `endpoint`, counted in flight there until it ends."""
+        verdict = None
+        try:
+            reply = await self._complete(self._runnable(tools, endpoint.url), messages, kwargs)
+            verdict = Verdict.OK
+            return reply
+        except Exception as err:
+            verdict = verdict_of(err)
+            raise
+        finally:
+            self.endpoints.release(endpoint, verdict)
+
+    async def _complete(self, runnable: Any, messages: Sequence[BaseMessage],
+                        kwargs: dict[str, Any]) -> AIMessage:
+        """One streamed request, its chunks joined; closed on the way out, however it ends."""
+        parts: list[BaseMessage] = []
+        try:
+            async with aclosing(runnable.astream(list(messages), **kwargs)) as chunks:
+                async for chunk in chunks:
+                    parts.append(chunk)
+        except (TimeoutError, openai.APITimeoutError, httpx.TimeoutException) as err:
+            raise IdleTimeout(self.config.timeout_s) from err
+        if len(parts) > 1 and isinstance(parts[0], AIMessageChunk):
+            reply = whole_message(parts[0] + parts[1:])  # one merge: linear in the reply's size
+        else:
+            reply = whole_message(parts[0] if parts else None)
+        if self._http is not None and not reply.response_metadata.get("finish_reason"):
+            raise StreamCut  # a real server's stream that never said why it ended
+        return reply
 
     @staticmethod
     def _finish(reply: AIMessage, *, tag: CallTag, ledger: UsageLedger, attempts: int,
-                latency_s: float, seed: int | None) -> AIMessage:
+                latency_s: float, seed: int | None, cached: bool) -> AIMessage:
         usage = reply.usage_metadata or {}
+        finish = reply.response_metadata.get("finish_reason")
+        reasoning = (usage.get("output_token_details") or {}).get("reasoning")
+        ended = {"finish_reason": finish if isinstance(finish, str) else None,
+                 "truncated": finish == TRUNCATED,
+                 "reasoning_tokens": int(reasoning) if reasoning is not None else None}
         record = CallRecord(tag, int(usage.get("input_tokens", 0)),
-                            int(usage.get("output_tokens", 0)), attempts, latency_s, seed)
+                            int(usage.get("output_tokens", 0)), attempts, latency_s, seed,
+                            **ended, cached=cached)
         ledger.add_call(record)
         text = reply.content if isinstance(reply.content, str) else reply.text
         meta = {**reply.response_metadata,
-                "lcb": {"attempts": attempts, "latency_s": round(latency_s, 4), "seed": seed}}
+                "lcb": {"attempts": attempts, "latency_s": round(latency_s, 4), "seed": seed,
+                        **ended, "cached": cached}}
         return reply.model_copy(update={"content": strip_think(text), "response_metadata": meta})

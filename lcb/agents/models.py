@@ -3,27 +3,41 @@
 Contract:
 - `ModelConfig` is the whole description of one OpenAI-compatible endpoint and its sampling.
   `ModelConfig.from_env()` reads `VLLM_BASE_URL`, `MODEL_ID`, `OPENAI_API_KEY` (`EMPTY` when
-  unset); a `model` argument (an alias from `MODEL_ALIASES` or a model id) wins over `MODEL_ID`.
+  unset) and the generation settings of `GENERATION_ENV` (`LCB_TEMPERATURE`, `LCB_TOP_P`,
+  `LCB_MAX_TOKENS`, `LCB_THINKING`, `LCB_REQUEST_TIMEOUT`); a `model` argument (an alias from
+  `MODEL_ALIASES` or a model id) wins over `MODEL_ID`, and keyword overrides (the command-line
+  flags) win over the variables. A variable that does not parse or is out of range is a
+  `ValueError` naming it.
+- `thinking` None sends vLLM's default extras (thinking off); True/False sets
+  `chat_template_kwargs.enable_thinking`. Either way it is sent only with `vllm_extras` on.
 - `build_chat_model(config)` returns a `ChatOpenAI` on the Chat Completions API with the client's
   own retries switched off: lcb retries itself (`lcb.agents.llm`), so retries can be counted
-  and tested.
+  and tested. It streams every request; `timeout_s` is the idle timeout between chunks.
 - `check_endpoint(config)` makes two cheap calls (list the models, then a 1-token completion) and
   raises `EndpointError` whose message names the URL and model tried and how to set them.
+  `VLLM_BASE_URL` may list several base URLs, comma-separated (`ModelConfig.base_urls`; the
+  gateway spreads requests over them, `lcb.agents.endpoints`): the check passes when one of
+  them answers, names the others, and fails naming each only when none does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import ssl
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
+
+from lcb.agents.endpoints import check_each, redact_url, split_base_urls
 
 MODEL_ALIASES: dict[str, str] = {
     "qwen": "Qwen/Qwen3.5-9B",
@@ -53,12 +67,59 @@ def resolve_model(name: str) -> str:
     return MODEL_ALIASES.get(name.strip().lower(), name.strip())
 
 
+def parse_yes_no(raw: str) -> bool:
+    """`1/true/yes/on` -> True, `0/false/no/off` -> False (any case); anything else raises."""
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a yes/no value: {raw!r}")
+
+
+# The settings with a range, and the rule each must meet (checked by `ModelConfig`).
+LIMITS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "temperature": (lambda v: 0 <= v < math.inf, ">= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_tokens": (lambda v: v > 0, "> 0"),
+    "timeout_s": (lambda v: 0 < v < math.inf, "> 0 seconds"),
+    "max_retries": (lambda v: v >= 0, ">= 0"),
+    "max_concurrent_requests": (lambda v: v >= 1, ">= 1"),
+    "retry_backoff_s": (lambda v: 0 <= v < math.inf, ">= 0"),
+    "retry_backoff_max_s": (lambda v: 0 <= v < math.inf, ">= 0"),
+}
+# Generation settings that an environment variable may set: field -> (variable, parser, kind).
+GENERATION_ENV: dict[str, tuple[str, Callable[[str], object], str]] = {
+    "temperature": ("LCB_TEMPERATURE", float, "a number"),
+    "top_p": ("LCB_TOP_P", float, "a number"),
+    "max_tokens": ("LCB_MAX_TOKENS", int, "a whole number"),
+    "thinking": ("LCB_THINKING", parse_yes_no, "1/0, true/false, yes/no or on/off"),
+    "timeout_s": ("LCB_REQUEST_TIMEOUT", float, "a number of seconds"),
+}
+GENERATION_FIELDS = tuple(GENERATION_ENV)
+
+
+def out_of_range(name: str, value: object) -> str | None:
+    """Why `value` cannot be setting `name` (None when it can, or `name` has no range)."""
+    if name not in LIMITS or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    ok, rule = LIMITS[name]
+    return None if ok(value) else f"{name} must be {rule}, got {value!r}"
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """One endpoint and its sampling. `seed=None` sends no request seeds.
 
+    `timeout_s` is how long a request may wait for the server (`--request-timeout`). `thinking`
+    None keeps vLLM's default extras; True/False asks the chat template to think or not.
     `retry_backoff_s` is the first retry's delay (it doubles per attempt, with jitter, up to
     `retry_backoff_max_s`); tests set it near zero.
+
+    `base_urls` lists every endpoint serving the model (`lcb.agents.endpoints`: requests go to
+    the least busy one); `base_url` is always the first, the one records name. A `base_url`
+    holding a comma-separated list (`VLLM_BASE_URL=a,b`) sets both; `base_urls` is kept only
+    when it starts with `base_url` (so `replace(config, base_url=u)` means the one URL `u`).
     """
 
     base_url: str
@@ -74,30 +135,25 @@ class ModelConfig:
     max_concurrent_requests: int = 16
     retry_backoff_s: float = 1.0
     retry_backoff_max_s: float = 30.0
+    thinking: bool | None = None
+    base_urls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https:// (set VLLM_BASE_URL, "
-                             f"e.g. {DEFAULT_BASE_URL}), got {self.base_url!r}")
+        first, every = _endpoint_urls(self.base_url, self.base_urls)
+        object.__setattr__(self, "base_url", first)
+        object.__setattr__(self, "base_urls", every)
         if not self.model_id.strip():
             raise ValueError("model_id is empty: set MODEL_ID or pass --model")
-        checks = {
-            "temperature": self.temperature >= 0,
-            "top_p": 0 < self.top_p <= 1,
-            "max_tokens": self.max_tokens > 0,
-            "timeout_s": self.timeout_s > 0,
-            "max_retries": self.max_retries >= 0,
-            "max_concurrent_requests": self.max_concurrent_requests >= 1,
-            "retry_backoff_s": self.retry_backoff_s >= 0,
-            "retry_backoff_max_s": self.retry_backoff_max_s >= 0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"ModelConfig.{name} is out of range: {getattr(self, name)!r}")
+        for name in LIMITS:
+            problem = out_of_range(name, getattr(self, name))
+            if problem:
+                raise ValueError(f"ModelConfig.{problem}")
 
     @classmethod
     def from_env(cls, model: str | None = None, **overrides: Any) -> ModelConfig:
-        """Build from `VLLM_BASE_URL`, `MODEL_ID`, `OPENAI_API_KEY`; `model` and `overrides` win.
+        """Build from `VLLM_BASE_URL`, `MODEL_ID`, `OPENAI_API_KEY` and `GENERATION_ENV`;
+        `model` and `overrides` win. Asking for `thinking` with `vllm_extras` off is refused:
+        the setting would never be sent.
 
         Example:
             >>> ModelConfig.from_env("llama", base_url="http://h:1/v1").model_id
@@ -112,14 +168,67 @@ class ModelConfig:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise TypeError(f"ModelConfig.from_env: unknown settings {sorted(unknown)}")
+        values.update(_generation_from_env(skip=set(overrides)))
         values.update(overrides)
-        return cls(**values)
+        config = cls(**values)
+        if config.thinking is not None and not config.vllm_extras:
+            raise ValueError("thinking (--thinking/--no-thinking or LCB_THINKING) is sent as "
+                             "vLLM's chat_template_kwargs, which --no-vllm-extras switches off: "
+                             "drop one of the two")
+        return config
+
+    def generation(self) -> dict[str, Any]:
+        """The generation settings (`GENERATION_FIELDS`) that records carry."""
+        return {name: getattr(self, name) for name in GENERATION_FIELDS}
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The extra-body entry that sets `thinking` (empty when it is None)."""
+        if self.thinking is None:
+            return {}
+        return {"chat_template_kwargs": {"enable_thinking": self.thinking}}
 
     def to_record(self) -> dict[str, Any]:
         """JSON-able settings with the API key redacted."""
         record = dataclasses.asdict(self)
         record["api_key"] = "EMPTY" if self.api_key == "EMPTY" else "<redacted>"
+        record["base_url"] = redact_url(self.base_url)
+        record["base_urls"] = [redact_url(url) for url in self.base_urls]
         return record
+
+
+def _endpoint_urls(base_url: str, base_urls: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """(`base_url`, `base_urls`) as `ModelConfig` keeps them (see its docstring); a URL that
+    is not http(s) raises `ValueError`."""
+    urls = split_base_urls(base_url) if "," in base_url else (base_url,)
+    if len(urls) == 1 and tuple(base_urls)[:1] == urls:
+        urls = tuple(base_urls)
+    for url in urls or ("",):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// (set VLLM_BASE_URL, "
+                             f"e.g. {DEFAULT_BASE_URL}; several are comma-separated), "
+                             f"got {url!r}")
+    return urls[0], tuple(urls)
+
+
+def _generation_from_env(*, skip: set[str]) -> dict[str, Any]:
+    """The `GENERATION_ENV` variables that are set (and not in `skip`), parsed and checked."""
+    values: dict[str, Any] = {}
+    for name, (variable, parse, kind) in GENERATION_ENV.items():
+        raw = os.environ.get(variable, "").strip()
+        if name in skip or not raw:
+            continue
+        try:
+            value = parse(raw)
+        except ValueError:
+            raise ValueError(f"environment variable {variable}={raw!r}: expected {kind}") from None
+        problem = out_of_range(name, value)
+        if problem:
+            raise ValueError(f"environment variable {variable}={raw!r}: {problem}")
+        values[name] = value
+    return values
+
+
+CONNECT_TIMEOUT_S = 10.0
 
 
 def new_http_client(config: ModelConfig) -> httpx.AsyncClient:
@@ -131,7 +240,9 @@ def new_http_client(config: ModelConfig) -> httpx.AsyncClient:
     """
     n = config.max_concurrent_requests
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n)
-    return httpx.AsyncClient(limits=limits, timeout=config.timeout_s, verify=tls_context())
+    # A host that does not answer at all must not hold a request for the whole idle timeout.
+    timeout = httpx.Timeout(config.timeout_s, connect=min(CONNECT_TIMEOUT_S, config.timeout_s))
+    return httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls_context())
 
 
 @functools.cache
@@ -147,6 +258,10 @@ def build_chat_model(
 ) -> ChatOpenAI:
     """The one chat-model factory. Client-side retries are off: `lcb.agents.llm` retries and counts.
 
+    Every request streams, with usage in the stream's last chunk. `config.timeout_s` is an idle
+    timeout, never a bound on the whole reply: httpx applies it to each read (the response
+    head, each piece of the body) and the client's `stream_chunk_timeout` to each wait for the
+    next parsed chunk (so SSE keep-alive comments alone do not keep a silent stream open).
     Pass `http_client` (see `new_http_client`) for async use; the caller closes it.
     """
     return ChatOpenAI(
@@ -158,27 +273,45 @@ def build_chat_model(
         max_tokens=config.max_tokens,
         seed=config.seed,
         timeout=config.timeout_s,
+        streaming=True,
+        stream_usage=True,
+        stream_chunk_timeout=config.timeout_s,  # also shields us from its environment variable
         max_retries=0,
         use_responses_api=False,
-        # ChatOpenAI sends `max_completion_tokens`; older local servers read only `max_tokens`.
-        extra_body={**VLLM_EXTRAS, "max_tokens": config.max_tokens} if config.vllm_extras else None,
+        extra_body=extra_body(config),
         http_async_client=http_client,
     )
 
 
+def extra_body(config: ModelConfig) -> dict[str, Any] | None:
+    """The fields sent beyond OpenAI's own: vLLM's extras and the thinking switch (None with
+    `vllm_extras` off). ChatOpenAI sends `max_completion_tokens`; older local servers read
+    only `max_tokens`, so it goes here too."""
+    if not config.vllm_extras:
+        return None
+    return {**VLLM_EXTRAS, **config.template_kwargs(), "max_tokens": config.max_tokens}
+
+
 class EndpointError(RuntimeError):
-    """The endpoint or model is unusable. The message is meant for users, not a stack trace."""
+    """The endpoint or model is unusable. The message is meant for users, not a stack trace;
+    `problem` is its first line's reason alone."""
+
+    problem: str = ""
 
 
-def _endpoint_error(config: ModelConfig, problem: str) -> EndpointError:
+def _endpoint_error(config: ModelConfig, problem: str, *,
+                    tried: Sequence[str] | None = None) -> EndpointError:
     aliases = ", ".join(f"{k} -> {v}" for k, v in MODEL_ALIASES.items())
-    if "/v1" not in config.base_url:
+    if tried is None and "/v1" not in config.base_url:
         problem += " (OpenAI-compatible base URLs usually end in /v1)"
-    return EndpointError(
-        f"Model endpoint check failed: {problem}\n"
-        f"  URL tried:   {config.base_url}\n"
+    urls = "".join(f"  URL tried:   {line}\n"
+                   for line in tried or [redact_url(config.base_url)])
+    err = EndpointError(
+        f"Model endpoint check failed: {problem}\n{urls}"
         f"  model tried: {config.model_id}\n\n" + HOW_TO_SET.format(aliases=aliases)
     )
+    err.problem = problem
+    return err
 
 
 async def _served_models(config: ModelConfig, client: httpx.AsyncClient) -> list[str] | None:
@@ -203,12 +336,35 @@ async def _served_models(config: ModelConfig, client: httpx.AsyncClient) -> list
         return None
 
 
-async def check_endpoint(config: ModelConfig) -> None:
+async def check_endpoint(config: ModelConfig, *, report: TextIO | None = None) -> None:
     """Verify that the endpoint answers and serves `config.model_id`; raise `EndpointError`.
 
     Two cheap calls: GET /models (a connection, key and model-name check), then a 1-token chat
-    completion with the real sampling settings (catches servers that reject them).
+    completion with the real sampling settings (catches servers that reject them). With
+    several `base_urls`, each is checked at once: one that answers is enough (each that failed
+    is named on `report`, default stderr; the gateway tries it again later); when none does,
+    the error names every URL with its problem.
     """
+    if len(config.base_urls) == 1:
+        return await _check_one(config)
+    failed = await check_each(config.base_urls, lambda url: _check_one(
+        dataclasses.replace(config, base_url=url)))
+    for err in failed.values():
+        if not isinstance(err, EndpointError):
+            raise err
+    problems = {url: getattr(err, "problem", str(err)) for url, err in failed.items()}
+    if len(failed) == len(config.base_urls):
+        raise _endpoint_error(config, f"none of the {len(failed)} endpoints answers",
+                              tried=[f"{redact_url(url)}: {why}"
+                                     for url, why in problems.items()])
+    left = len(config.base_urls) - len(failed)
+    for url, why in problems.items():
+        print(f"lcb: endpoint {redact_url(url)} failed its check ({why}); the run starts on "
+              f"the other {left} and tries it again later", file=report or sys.stderr)
+
+
+async def _check_one(config: ModelConfig) -> None:
+    """The two cheap calls against `config.base_url` alone."""
     async with new_http_client(config) as client:
         served = await _served_models(config, client)
         if served and config.model_id not in served:

@@ -20,8 +20,9 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lcb.data.problems import Mode, Problem
@@ -199,3 +200,13 @@ def _checked_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise PromptError(f"invalid {kind} name {name!r}: use lower-case letters, digits and _")
     return name
+
+
+def prompt_hash(text: str) -> str:
+    """sha256 (hex) of one role prompt's text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def bundle_hashes(bundle: Mapping[str, str]) -> dict[str, str]:
+    """`{role: prompt_hash(text)}` of a bundle: job.json's `seed_prompts`."""
+    return {role: prompt_hash(text) for role, text in bundle.items()}

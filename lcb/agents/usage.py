@@ -54,7 +54,12 @@ class Usage:
 @dataclass(frozen=True)
 class CallRecord:
     """One model call as made: usage of the answer, attempts (1 + retries), time and seed.
-    `error` is set when every attempt failed (then no tokens are known)."""
+    `error` is set when every attempt failed (then no tokens are known). `finish_reason` is the
+    server's word on why the answer ended ("stop", "length", "tool_calls", ...; None when it
+    gave none or the call failed), `truncated` is True when it is "length" (cut at max_tokens),
+    `reasoning_tokens` the server's count of thinking tokens (None when it reports none).
+    `cached` marks an answer served by the response cache (`lcb.agents.cache`): no request
+    was sent (`attempts` 0), and the tokens are those the original answer reported."""
 
     tag: CallTag
     prompt_tokens: int
@@ -63,6 +68,10 @@ class CallRecord:
     latency_s: float
     seed: int | None
     error: str | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+    reasoning_tokens: int | None = None
+    cached: bool = False
 
     def to_record(self) -> dict:
         return asdict(self)
@@ -85,7 +94,7 @@ class UsageLedger:
             prompt_tokens=record.prompt_tokens,
             completion_tokens=record.completion_tokens,
             n_llm_calls=1 if answered else 0,
-            n_retries=record.attempts - 1,
+            n_retries=max(record.attempts - 1, 0),  # a cache hit or miss sent nothing
         )
         self._add(record.tag.role, usage)
         if self.keep_calls:

@@ -2,11 +2,17 @@
 
 Both take the same flags (`--method --dataset --topology --model --seed --out --team-size
 --communication --budget --phase --data --release --concurrency --splits --set --opt-tests
---sandbox --restart-optimization`) and run `lcb.optimize.job.run_job`. `--set key=value`
-(repeatable) overrides one of the method's settings (`lcb.optimize.settings`: dotted keys for
-nested fields, values parsed as JSON). Logs go to stderr; stdout carries exactly one line of
-JSON: the job summary, `{"status": "error", "error": ...}`, or on an interrupt
+--sandbox --restart-optimization --cache --replay`, and the generation flags `--temperature
+--top-p --max-tokens --thinking/--no-thinking --request-timeout` of `lcb.cli.options`:
+temperature and top-p sample the optimize phase's team runs, validation and test stay greedy;
+`--cache DIR` / `--replay`: the response cache of `lcb.agents.cache`) and run
+`lcb.optimize.job.run_job`. `--set key=value` (repeatable) overrides one of the method's
+settings (`lcb.optimize.settings`: dotted keys for nested fields, values parsed as JSON). Logs
+go to stderr; stdout carries exactly one line of JSON: the job summary,
+`{"status": "error", "error": ...}` (a flag that does not parse too), or on an interrupt
 `{"status": "interrupted", "signal": ..., "out": ..., "resume": ...}`.
+The fixed choices (method, topology, phase, sandbox, communication) are listed in the help but
+checked by the job, whose messages name the known values.
 Exit codes: 0 done; 1 the model endpoint does not answer, or refuses the job's requests
 (HTTP 400 on its first calls or on 10 rows in a row: misconfigured, nothing charged); 2 bad
 input (unknown method, method setting or topology, unusable data or splits, a changed seed
@@ -28,10 +34,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click.exceptions import UsageError  # typer vendors its own click
 
-from lcb.cli.application import app
+from lcb.cli.application import LcbCommand, app, entry_app
+from lcb.cli.options import (
+    COMMUNICATIONS,
+    TOPOLOGIES,
+    GenerationOptions,
+    choices_metavar,
+    with_generation_options,
+)
+from lcb.cli.signals import Terminated, run_until_term
+from lcb.grading.launch import SANDBOXES
 
 _JOB, _PROTOCOL = "Job", "Protocol"
+# The registered methods (`lcb.optimize.methods.OPTIMIZERS`) and the job's phases
+# (`lcb.optimize.job.JobPhase`), spelled out to keep the help fast; a test keeps them equal.
+METHODS = ("identity", "gepa", "mipro")
+PHASES = ("optimize", "validate", "test", "all")
 
 
 def _opt(*names: str, panel: str = _JOB, **kw: Any) -> Any:
@@ -49,30 +69,15 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-class Terminated(Exception):
-    """The job was stopped by SIGTERM (the command exits 143)."""
+class JobCommand(LcbCommand):
+    """The job's command: flags that do not parse still end stdout with the JSON error line."""
 
-
-async def _run_until_term(job: Any) -> Any:
-    """Await `job`; SIGTERM cancels it as Ctrl-C does (cleanup runs), then raises `Terminated`."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    hit: list[int] = []
-
-    def on_term() -> None:
-        hit.append(signal.SIGTERM)
-        task.cancel()
-
-    loop.add_signal_handler(signal.SIGTERM, on_term)
-    try:
-        return await job
-    except asyncio.CancelledError:
-        if hit:
-            raise Terminated from None
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            _emit({"status": "error", "error": exc.format_message()})
+            raise
 
 
 def _interrupted(sig: signal.Signals, out: Path) -> typer.Exit:
@@ -82,28 +87,37 @@ def _interrupted(sig: signal.Signals, out: Path) -> typer.Exit:
     return typer.Exit(128 + sig.value)
 
 
+@with_generation_options
 def optimize(
     *,
-    method: Annotated[str, _opt("--method", help="Optimizer key (identity, gepa, mipro, ...).")],
-    topology: Annotated[str, _opt("--topology", "-t", help="The team whose prompts to optimize.")],
+    method: Annotated[str, _opt("--method", metavar=choices_metavar(METHODS),
+                                help="Optimizer method.")],
+    topology: Annotated[str, _opt("--topology", "-t", metavar=choices_metavar(TOPOLOGIES),
+                                  help="The team whose prompts to optimize.")],
     out: Annotated[Path, _opt("--out", file_okay=False, help="The job directory.")],
-    dataset: Annotated[str, _opt("--dataset", help="The task (only 'lcb').")] = "lcb",
-    model: Annotated[str | None, _opt("--model", help="Task model alias or id (default: "
-                                       "$MODEL_ID, else qwen).")] = None,
-    seed: Annotated[int, _opt("--seed", min=0, help="Optimizer seed (0, 1, 2).")] = 0,
-    team_size: Annotated[int | None, _opt("--team-size", min=1, help="Team size (default: "
-                                          "the team's).")] = None,
-    communication: Annotated[str, _opt("--communication", help="Inter-agent message format.")
-                             ] = "freeform",
-    budget: Annotated[int, _opt("--budget", min=0, panel=_PROTOCOL,
+    dataset: Annotated[str, _opt("--dataset", metavar=choices_metavar(("lcb",)),
+                                 help="The task.")] = "lcb",
+    model: Annotated[str | None, _opt("--model", metavar="MODEL", help="Task model alias or id "
+                                      "(default: $MODEL_ID, else qwen).")] = None,
+    seed: Annotated[int, _opt("--seed", min=0, metavar="SEED",
+                              help="Optimizer seed (0, 1, 2).")] = 0,
+    team_size: Annotated[int | None, _opt("--team-size", min=1, metavar="N", help="Team size "
+                                          "(default: the team's).")] = None,
+    communication: Annotated[str, _opt("--communication", metavar=choices_metavar(COMMUNICATIONS),
+                                       help="Inter-agent message format.")] = "freeform",
+    budget: Annotated[int, _opt("--budget", min=0, metavar="N", panel=_PROTOCOL,
                                 help="Charged full-team rollouts (standard: 600).")] = 600,
-    phase: Annotated[str, _opt("--phase", panel=_PROTOCOL, help="optimize, validate, test, or "
-                               "all (run whatever is missing).")] = "all",
+    phase: Annotated[str, _opt("--phase", panel=_PROTOCOL, metavar=choices_metavar(PHASES),
+                               help="The phase to run; all: whatever is missing, in order.")
+                     ] = "all",
     data: Annotated[str | None, _opt("--data", metavar="PATH|HF_NAME|sample",
                                      help="Problem source (default: the hub dataset).")] = None,
-    release: Annotated[str, _opt("--release", help="Hub release.")] = "release_v1",
-    concurrency: Annotated[int, _opt("--concurrency", min=1, help="Team runs in flight.")] = 4,
-    splits: Annotated[Path | None, _opt("--splits", dir_okay=False, panel=_PROTOCOL,
+    release: Annotated[str, _opt("--release", metavar="RELEASE", help="Hub release.")
+                       ] = "release_v1",
+    concurrency: Annotated[int, _opt("--concurrency", min=1, metavar="N",
+                                     help="Team runs in flight.")] = 4,
+    splits: Annotated[Path | None, _opt("--splits", dir_okay=False, metavar="FILE",
+                                        panel=_PROTOCOL,
                                         help="Split file (default: benchmarks/lcb/"
                                              "lcb_splits.json for the hub source, else computed "
                                              "from --data and kept in the job).")] = None,
@@ -111,17 +125,26 @@ def optimize(
                                            help="Override one method setting (repeatable; "
                                                 "dotted keys for nested ones, values as "
                                                 "JSON). Non-standard.")] = None,
-    opt_tests: Annotated[int | None, _opt("--opt-tests", min=1, panel=_PROTOCOL,
+    opt_tests: Annotated[int | None, _opt("--opt-tests", min=1, metavar="K", panel=_PROTOCOL,
                                           help="Grade optimization rollouts on the first k "
                                                "private tests (default: all; validation and "
                                                "test always use all). Non-standard.")] = None,
-    sandbox: Annotated[str, _opt("--sandbox", help="Grader sandbox tier: process or bwrap.")
-                       ] = "process",
+    sandbox: Annotated[str, _opt("--sandbox", metavar=choices_metavar(SANDBOXES),
+                                 help="Grader sandbox tier.")] = "process",
     restart_optimization: Annotated[bool, _opt("--restart-optimization", panel=_PROTOCOL,
                                                help="Discard an interrupted optimization's "
                                                     "history and start it again.")] = False,
+    cache: Annotated[Path | None, _opt("--cache", metavar="DIR", file_okay=False,
+                                       help="Response cache: stored requests are answered "
+                                            "without the endpoint, new answers stored.")
+                     ] = None,
+    replay: Annotated[bool, _opt("--replay", help="With --cache: every model call from the "
+                                                  "cache alone (no endpoint).")] = False,
+    generation: GenerationOptions,
 ) -> None:
-    """Run one optimizer job: optimize -> validate -> test, with artifacts under --out."""
+    """Run one optimizer job: optimize -> validate -> test, with artifacts under --out.
+
+    --temperature and --top-p sample the optimize phase; validation and test are greedy."""
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
@@ -133,13 +156,15 @@ def optimize(
     from lcb.optimize.settings import parse_assignments
 
     try:
-        config = JobConfig(method=method, topology=topology, model=ModelConfig.from_env(model),
+        task = ModelConfig.from_env(model, **generation.overrides())
+        config = JobConfig(method=method, topology=topology, model=task,
                            out=out, seed=seed, dataset=dataset, team_size=team_size,
                            communication=communication, budget=budget, phase=phase,
                            data=data, release=release, splits=splits, concurrency=concurrency,
                            method_settings=parse_assignments(set_ or []), opt_tests=opt_tests,
-                           sandbox=sandbox, restart_optimization=restart_optimization)
-        summary = asyncio.run(_run_until_term(run_job(config)))
+                           sandbox=sandbox, restart_optimization=restart_optimization,
+                           cache=cache, replay=replay)
+        summary = asyncio.run(run_until_term(run_job(config)))
     except (EndpointError, Misconfigured) as exc:
         raise _fail(str(exc), 1) from None
     except EvaluationIncomplete as exc:
@@ -159,9 +184,9 @@ def optimize(
     _emit(summary)
 
 
-app.command("optimize")(optimize)
-_entry_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-_entry_app.command()(optimize)
+app.command("optimize", cls=JobCommand)(optimize)
+_entry_app = entry_app()
+_entry_app.command(cls=JobCommand)(optimize)
 
 
 def protocol_main(argv: list[str] | None = None) -> None:

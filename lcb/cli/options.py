@@ -1,9 +1,13 @@
-"""Options shared by commands that select problems (`problems`, `run`, `demo`, `score`).
+"""Options shared by several commands: problem selection and generation settings.
 
 Two ways in, one set of definitions:
-- `@with_data_options` adds every shared option (`--data --release --revision --limit --offset
-  --only --difficulty --platform --start-date --end-date --strict`) to a typer command and
-  passes them, validated, as one `data_options: DataOptions` argument.
+- `@with_data_options` adds every problem-selection option (`--data --release --revision
+  --limit --offset --only --difficulty --platform --start-date --end-date --strict`) to a typer
+  command and passes them, validated, as one `data_options: DataOptions` argument.
+  `@with_generation_options` adds `--temperature --top-p --max-tokens --thinking/--no-thinking
+  --request-timeout` (`run`, `demo`, `optimize` and the seed entry points) and passes them as
+  `generation: GenerationOptions`; `generation.overrides()` holds only the flags given, so the
+  `LCB_*` variables read by `ModelConfig.from_env` fill in the rest (a flag beats its variable).
 - Or declare the `Annotated` aliases below (`DataOpt`, `LimitOpt`, …) yourself and call
   `build_data_options(...)`.
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +34,13 @@ from lcb.data.hub import DEFAULT_RELEASE, HUB_DATASET, REVISION_ENV
 from lcb.grading.launch import SANDBOXES
 from lcb.grading.pool import GRADERS
 
+# The registered teams (`lcb.teams.TEAMS`) and their message formats
+# (`lcb.teams.formats.CommFormat`), spelled out because importing the teams loads LangChain and
+# LangGraph (seconds), which `lcb --help` must not wait for. Tests keep them equal.
+TOPOLOGIES = ("single", "independent", "sequential", "centralized", "decentralized")
+COMMUNICATIONS = ("freeform", "semi_structured", "structured_soft")
+Communication = StrEnum("Communication", {name: name for name in COMMUNICATIONS})
+Topology = StrEnum("Topology", {name: name for name in TOPOLOGIES})
 Difficulty = StrEnum("Difficulty", {name: name for name in DIFFICULTIES})
 Platform = StrEnum("Platform", {name: name for name in PLATFORMS})
 # `--grader` and `--sandbox` of the commands that grade (`run`, `score`): one set of choices.
@@ -44,6 +56,11 @@ SANDBOX_HELP = ("How graded programs and python_exec runs are contained. process
 _PANEL = "Problem selection"
 
 
+def choices_metavar(choices: tuple[str, ...]) -> str:
+    """Help's display of fixed choices for an option that checks its value itself."""
+    return f"<{'|'.join(choices)}>"
+
+
 def _option(*names: str, help: str, **extra: Any) -> Any:
     return typer.Option(*names, help=help, rich_help_panel=_PANEL, **extra)
 
@@ -54,17 +71,19 @@ DataOpt = Annotated[str | None, _option(
          f"'sample' (the bundled sample set) or a hub dataset id. Default: the hub dataset "
          f"{HUB_DATASET}.")]
 ReleaseOpt = Annotated[str, _option(
-    "--release", help="Hub release: release_v1..release_v6, release_latest, vN (one version) "
-                      "or vA_vB (a range). Ignored for local files.")]
+    "--release", metavar="RELEASE",
+    help="Hub release: release_v1..release_v6, release_latest, vN (one version) or vA_vB (a "
+         "range). Ignored for local files.")]
 RevisionOpt = Annotated[str | None, _option(
-    "--revision", help=f"Hub branch, tag or commit to fetch (default: ${REVISION_ENV} or main); "
-                       f"the resolved commit is recorded.")]
+    "--revision", metavar="REV",
+    help=f"Hub branch, tag or commit to fetch (default: ${REVISION_ENV} or main); the resolved "
+         f"commit is recorded.")]
 LimitOpt = Annotated[int | None, _option(
     "--limit", min=0, help="Take at most N rows after the filters and --offset (the first N "
                            "of release_v1 are the eval set); unusable rows among them are "
                            "reported, not replaced.")]
 OffsetOpt = Annotated[int, _option(
-    "--offset", min=0, help="Skip the first K rows that pass the filters.")]
+    "--offset", min=0, metavar="K", help="Skip the first K rows that pass the filters.")]
 OnlyOpt = Annotated[list[str] | None, _option(
     "--only", metavar="ID[,ID…]",
     help="Only these question IDs, in the order given (repeat or separate with commas).")]
@@ -131,6 +150,27 @@ _SHARED = (
     ("platform", PlatformOpt, None), ("start_date", StartDateOpt, None),
     ("end_date", EndDateOpt, None), ("strict", StrictOpt, False),
 )
+Shared = tuple[tuple[str, Any, Any], ...]
+
+
+def _with_group(command: Callable[..., Any], shared: Shared, keyword: str,
+                build: Callable[..., Any]) -> Callable[..., Any]:
+    """`command` with the options `shared` (name, annotated type, default) added to its
+    signature; it receives `build(**their values)` as the argument `keyword`."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+           if p.name != keyword]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=alias) for name, alias, default in shared]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name, _, _ in shared}
+        return command(**kwargs, **{keyword: build(**values)})
+
+    params = own + added
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 def with_data_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -141,20 +181,88 @@ def with_data_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ... @with_data_options
         ... def problems(*, data_options: DataOptions, json: bool = False) -> None: ...
     """
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
-           if p.name != "data_options"]
-    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                annotation=alias) for name, alias, default in _SHARED]
+    return _with_group(command, _SHARED, "data_options", build_data_options)
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name, _, _ in _SHARED}
-        return command(**kwargs, data_options=build_data_options(**values))
 
-    params = own + shared
-    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    return wrapper
+_GEN_PANEL = "Generation"
+
+
+def _number(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise typer.BadParameter(f"{raw!r} is not a number") from None
+
+
+def _top_p(raw: str) -> float:
+    value = _number(raw)
+    if not 0 < value <= 1:
+        raise typer.BadParameter(f"{value} is not in the range 0<x<=1")
+    return value
+
+
+def _seconds(raw: str) -> float:
+    value = _number(raw)
+    if not 0 < value < math.inf:
+        raise typer.BadParameter(f"{value} is not a positive number of seconds")
+    return value
+
+
+def _gen_option(*names: str, help: str, **extra: Any) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=_GEN_PANEL, **extra)
+
+
+# The defaults named in the help texts are `ModelConfig`'s (a test keeps them equal).
+TemperatureOpt = Annotated[float | None, _gen_option(
+    "--temperature", min=0.0, metavar="FLOAT",
+    help="Sampling temperature (default 0.2; $LCB_TEMPERATURE).")]
+TopPOpt = Annotated[float | None, _gen_option(
+    "--top-p", parser=_top_p, metavar="P",
+    help="Nucleus sampling: sample among the likeliest tokens whose probabilities add up to P, "
+         "0 < P <= 1 (default 0.9; $LCB_TOP_P).")]
+MaxTokensOpt = Annotated[int | None, _gen_option(
+    "--max-tokens", min=1, metavar="N",
+    help="Most tokens one model reply may have; a longer one is cut and marked truncated "
+         "(default 4096; $LCB_MAX_TOKENS).")]
+ThinkingOpt = Annotated[bool | None, _gen_option(
+    "--thinking/--no-thinking",
+    help="Ask the chat template to think first, or not (vLLM's chat_template_kwargs "
+         "enable_thinking, sent with the vLLM extras). Default: the extras as they are "
+         "(thinking off); $LCB_THINKING (1/0).")]
+RequestTimeoutOpt = Annotated[float | None, _gen_option(
+    "--request-timeout", parser=_seconds, metavar="SECONDS",
+    help="Seconds a model request may wait for the server's next word before it is given up "
+         "and retried (default 120; $LCB_REQUEST_TIMEOUT).")]
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """The generation flags as given (None: not given, so `LCB_*` or the default applies)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    request_timeout: float | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The `ModelConfig` fields the flags set, for `ModelConfig.from_env(**overrides)`."""
+        fields = {"temperature": self.temperature, "top_p": self.top_p,
+                  "max_tokens": self.max_tokens, "thinking": self.thinking,
+                  "timeout_s": self.request_timeout}
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+_GENERATION: Shared = (
+    ("temperature", TemperatureOpt, None), ("top_p", TopPOpt, None),
+    ("max_tokens", MaxTokensOpt, None), ("thinking", ThinkingOpt, None),
+    ("request_timeout", RequestTimeoutOpt, None),
+)
+
+
+def with_generation_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a typer command the generation flags; it receives them as `generation`."""
+    return _with_group(command, _GENERATION, "generation", GenerationOptions)
 
 
 def fail(message: str, *, code: int = 2) -> NoReturn:

@@ -4,43 +4,49 @@
 - `lcb demo` runs the two built-in problems (see `lcb.runs.demo`).
 - `topology_main(T)` backs `python -m topologies…langgraph_lcb`: no arguments -> the demo;
   `--batch …` -> the batch; other flags without `--batch` are refused.
-Exit codes: 0 done; 1 the endpoint check failed; 2 bad input or a topology not built yet;
-130 interrupted (the message gives the exact command that resumes).
+- The generation flags (`--temperature --top-p --max-tokens --thinking/--no-thinking
+  --request-timeout`, `lcb.cli.options`) apply to a batch and to the demo; `--samples N` solves
+  each problem of a batch N times (`RunConfig.samples`). `--cache DIR` answers stored requests
+  from the response cache and stores new answers; `--replay` (with `--cache`) runs from it
+  alone, without an endpoint (`lcb.agents.cache`).
+Exit codes: 0 done; 1 the endpoint check failed; 2 bad input (an empty selection included), a
+topology not built yet, or an output that cannot be written (a full disk, a read-only or blocked
+path: one line naming it); 130 interrupted by Ctrl-C, 143 by SIGTERM (both stop cleanly, and
+the message gives the exact command that resumes).
 Heavy imports (LangChain, the grader) happen inside the commands, so `lcb --help` stays fast.
 """
 
 import asyncio
 import shlex
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from lcb.cli.application import app
+from lcb.cli.application import app, entry_app
 from lcb.cli.options import (
     GRADER_HELP,
     SANDBOX_HELP,
+    Communication,
     DataOptions,
+    GenerationOptions,
     Grader,
     Sandbox,
+    Topology,
     fail,
     with_data_options,
+    with_generation_options,
 )
 
-# `lcb.teams.TEAMS` is the registry; its names are spelled out here because importing it loads
-# LangChain and LangGraph (seconds), which `lcb --help` must not wait for. A test keeps the two
-# equal (tests/test_cli_run.py).
-TOPOLOGIES = ("single", "independent", "sequential", "centralized", "decentralized")
+# `TOPOLOGIES` spells out `lcb.teams.TEAMS` (see `lcb.cli.options`; tests/test_cli_run.py).
 ENTRY_MODULES = {
     "single": "topologies.single.lcb.langgraph_lcb",
     "independent": "topologies.independent.lcb.langgraph_lcb",
     **{t: f"topologies.{t}.langgraph.lcb.langgraph_lcb"
        for t in ("sequential", "centralized", "decentralized")},
 }
-Topology = StrEnum("Topology", {name: name for name in TOPOLOGIES})
 _RUN, _MODEL, _TEAM = "Run", "Model endpoint", "Team"
 
 
@@ -50,22 +56,24 @@ def _opt(*names: str, panel: str = _RUN, **kw: Any) -> Any:
 
 TopologyOpt = Annotated[Topology, _opt("--topology", "-t", help="The team to run.")]
 ModelOpt = Annotated[str | None, _opt(
-    "--model", panel=_MODEL, help="Model alias (qwen, llama) or id; default $MODEL_ID.")]
+    "--model", panel=_MODEL, metavar="MODEL",
+    help="Model alias (qwen, llama) or id; default $MODEL_ID.")]
 VllmExtrasOpt = Annotated[bool, _opt(
     "--vllm-extras/--no-vllm-extras", panel=_MODEL,
     help="Send vLLM's extra sampling fields (switch off for hosted APIs that reject them).")]
 MaxRequestsOpt = Annotated[int, _opt(
     "--max-requests", min=1, panel=_MODEL, help="Model requests in flight at most.")]
-SeedOpt = Annotated[int, _opt("--seed", help="Sampling seed (recorded in every record).")]
+SeedOpt = Annotated[int, _opt("--seed", metavar="SEED",
+                              help="Sampling seed (recorded in every record).")]
 TeamSizeOpt = Annotated[int | None, _opt(
     "--team-size", min=1, panel=_TEAM,
     help="Agents in a multi-agent team: 2, 4, 8 or 10 for sequential and centralized, any "
          "number of replicas/peers for independent and decentralized (default 4; "
          "$INDEPENDENT_N_AGENTS / $DECENTRALIZED_N_AGENTS).")]
-CommunicationOpt = Annotated[str, _opt(
+CommunicationOpt = Annotated[Communication, _opt(
     "--communication", panel=_TEAM,
-    help="Message format the agents are asked to use: freeform, semi_structured or "
-         "structured_soft (records carry the measured compliance).")]
+    help="Message format the agents are asked to use (records carry the measured "
+         "compliance).")]
 ActiveOpt = Annotated[list[str] | None, _opt(
     "--active", panel=_TEAM, metavar="AGENT",
     help="Run only these agents of the team (a masked run; repeat or comma-separate ids, "
@@ -74,7 +82,7 @@ ActiveOpt = Annotated[list[str] | None, _opt(
 BATCH_ONLY = ("out", "out_dir", "concurrency", "resume", "retry_errors", "max_errors",
               "problem_timeout", "grader", "sandbox", "data", "release", "revision", "limit",
               "offset", "only", "difficulty", "platform", "start_date", "end_date", "strict",
-              "team_size", "communication", "active")
+              "team_size", "communication", "active", "samples", "cache", "replay")
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,13 @@ def _require_team(topology: str) -> None:
              f"{', '.join(TEAMS)}); it is built by a later issue.")
 
 
-def _model_config(model: str | None, *, seed: int, max_requests: int, vllm_extras: bool):
+def _model_config(model: str | None, *, seed: int, max_requests: int, vllm_extras: bool,
+                  generation: GenerationOptions):
     from lcb.agents.models import ModelConfig
 
     try:
         return ModelConfig.from_env(model, seed=seed, max_concurrent_requests=max_requests,
-                                    vllm_extras=vllm_extras)
+                                    vllm_extras=vllm_extras, **generation.overrides())
     except ValueError as exc:
         fail(str(exc))
 
@@ -131,13 +140,14 @@ def command_line(ctx: typer.Context, prog: str, *, skip: tuple[str, ...] = (),
 
 def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
     from lcb.agents.models import EndpointError
+    from lcb.cli.signals import EXIT_CODE, Terminated, run_until_term
     from lcb.data.datasets import DataError
     from lcb.grading import SandboxUnavailable
     from lcb.grading.official import OfficialGraderMissing
-    from lcb.runs.progress import print_summary
     from lcb.runs.records import RecordsError
-    from lcb.runs.rundir import OutputError
+    from lcb.runs.rundir import OutputError, output_failure
     from lcb.runs.runner import BatchAborted, run_batch
+    from lcb.runs.tables import print_summary
 
     err = Console(stderr=True, soft_wrap=True)
     paths = config.paths
@@ -146,11 +156,13 @@ def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
     resume = command_line(ctx, prog, skip=("out", "out_dir", "resume", "retry_errors"),
                           extra=(*where, "--resume"))
     try:
-        summary = asyncio.run(run_batch(config))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err.print(f"\nInterrupted. Every finished problem is saved in {config.paths.predictions}."
-                  f"\nResume with:\n  {resume}", markup=False, highlight=False)
-        raise typer.Exit(130) from None
+        summary = asyncio.run(run_until_term(run_batch(config)))
+    except (KeyboardInterrupt, asyncio.CancelledError, Terminated) as exc:
+        why = " by SIGTERM" if isinstance(exc, Terminated) else ""
+        err.print(f"\nInterrupted{why}. Every finished problem is saved in "
+                  f"{config.paths.predictions}.\nResume with:\n  {resume}",
+                  markup=False, highlight=False)
+        raise typer.Exit(EXIT_CODE if why else 130) from None
     except EndpointError as exc:
         err.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(1) from None
@@ -162,14 +174,18 @@ def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
     except (OutputError, DataError, RecordsError, SandboxUnavailable, OfficialGraderMissing,
             ValueError) as exc:
         fail(str(exc))
+    except OSError as exc:  # the output cannot be written: a full disk, a read-only path, ...
+        fail(output_failure(exc, paths))
     out = Console(soft_wrap=True)
     if not summary["n_pending_at_start"]:
         out.print(f"Nothing to run: all {summary['n_selected']} selected problems are already "
                   f"recorded in {paths.predictions}.")
     print_summary(summary, console=out)
     if summary.get("n_skipped_rows"):
-        err.print(f"{summary['n_skipped_rows']} row(s) were skipped: malformed or without "
-                  "usable tests (`lcb problems` lists them with reasons).")
+        kept = " and in the manifest" if paths.manifest else ""
+        err.print(f"{summary['n_skipped_rows']} selected row(s) were left out: unknown --only "
+                  f"IDs, malformed rows or rows without usable tests (listed with their reasons "
+                  f"before the batch started{kept}).")
     out.print(f"records: {paths.predictions}" +
               (f"  summary: {paths.summary}" if paths.summary else ""))
 
@@ -197,6 +213,7 @@ def _paths(out: Path | None, out_dir: Path | None, topology: str) -> Any:
 
 @app.command("run")
 @with_data_options
+@with_generation_options
 def run(
     ctx: typer.Context,
     *,
@@ -218,20 +235,33 @@ def run(
         "--max-consecutive-errors", min=0, help="Stop the batch after N problems in a row end "
                                                 "in an error (0: never).")] = 10,
     problem_timeout: Annotated[float, _opt(
-        "--problem-timeout", min=1, help="Seconds one problem may take before it is recorded "
-                                         "as an error.")] = 1800.0,
+        "--problem-timeout", min=1, metavar="SECONDS",
+        help="Seconds one problem may take before it is recorded as an error.")] = 1800.0,
     grader: Annotated[Grader, _opt("--grader", case_sensitive=False, help=GRADER_HELP)
                       ] = Grader.default,
     sandbox: Annotated[Sandbox, _opt("--sandbox", case_sensitive=False, help=SANDBOX_HELP)
                        ] = Sandbox.process,
     model: ModelOpt = None,
     seed: SeedOpt = 0,
+    samples: Annotated[int, _opt(
+        "--samples", min=1, metavar="N",
+        help="Solve each problem N times, with distinct request seeds (records carry the "
+             "sample index; the summary adds pass@k).")] = 1,
     max_requests: MaxRequestsOpt = 16,
     vllm_extras: VllmExtrasOpt = True,
+    cache: Annotated[Path | None, _opt(
+        "--cache", metavar="DIR", file_okay=False, panel=_MODEL,
+        help="Response cache: answer a request stored here without the endpoint, store each "
+             "new answer (SQLite files, shared by runs and processes).")] = None,
+    replay: Annotated[bool, _opt(
+        "--replay", panel=_MODEL,
+        help="With --cache: run from the cache alone (no endpoint); a request not stored "
+             "fails its problem with \"not in the cache\".")] = False,
     team_size: TeamSizeOpt = None,
-    communication: CommunicationOpt = "freeform",
+    communication: CommunicationOpt = Communication.freeform,
     active: ActiveOpt = None,
     data_options: DataOptions,
+    generation: GenerationOptions,
 ) -> None:
     """Run a team on a batch of problems: records, summary, manifest and transcripts."""
     entry = ctx.obj if isinstance(ctx.obj, _Entry) else None
@@ -247,20 +277,25 @@ def run(
             if typed:
                 fail(f"{', '.join(typed)} select or write a batch: add --batch (with no "
                      "arguments this module runs the two built-in demo problems)")
-            _demo(chosen, model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+            _demo(chosen, model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
+                  generation=generation)
             return
     _require_team(chosen)
+    if replay and cache is None:
+        fail("--replay runs from the cache alone: name it with --cache DIR")
     from lcb.runs.runner import RunConfig
 
     prog = entry.prog if entry else "lcb run"
     config = RunConfig(
         topology=chosen, paths=_paths(out, out_dir, chosen),
-        model=_model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras),
+        model=_model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
+                            generation=generation),
         data=data_options.data, release=data_options.release, revision=data_options.revision,
         selection=data_options.selection, strict=data_options.strict,
-        team=_team_options(team_size, communication, active), concurrency=concurrency,
+        team=_team_options(team_size, str(communication), active), concurrency=concurrency,
         resume=resume, retry_errors=retry_errors,
         max_consecutive_errors=max_errors, problem_timeout_s=problem_timeout, seed=seed,
+        samples=samples, cache=cache, replay=replay,
         grader=str(grader), sandbox=str(sandbox),
         command=tuple(shlex.split(command_line(ctx, prog))),
     )
@@ -268,11 +303,12 @@ def run(
 
 
 def _demo(topology: str, model: str | None, *, seed: int, max_requests: int,
-          vllm_extras: bool) -> None:
+          vllm_extras: bool, generation: GenerationOptions) -> None:
     from lcb.runs.demo import run_demo
 
     _require_team(topology)
-    config = _model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+    config = _model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
+                           generation=generation)
     try:
         code = asyncio.run(run_demo(config, topology=topology))
     except KeyboardInterrupt:
@@ -281,20 +317,24 @@ def _demo(topology: str, model: str | None, *, seed: int, max_requests: int,
 
 
 @app.command("demo")
+@with_generation_options
 def demo(
+    *,
     topology: TopologyOpt = Topology.single,
     model: ModelOpt = None,
     seed: SeedOpt = 0,
     max_requests: MaxRequestsOpt = 16,
     vllm_extras: VllmExtrasOpt = True,
+    generation: GenerationOptions,
 ) -> None:
     """Solve the two built-in problems (stdin and functional) and print every test's result.
 
     With no endpoint answering, grade the sample set's reference solutions instead (labelled)."""
-    _demo(str(topology), model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras)
+    _demo(str(topology), model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
+          generation=generation)
 
 
-_entry_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+_entry_app = entry_app()
 _entry_app.command()(run)
 
 

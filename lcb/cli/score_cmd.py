@@ -2,9 +2,11 @@
 
 Reads PRED.jsonl (`{"id": …, "code": …}` per line, other fields carried along), grades each
 line against the selected problems, writes one result line per input line to RESULTS.jsonl (in
-input order, flushed line by line), writes the pass@1 summary as JSON next to it
-(`RESULTS.summary.json`, see `lcb.runs.scoring.summary_path`) and prints it as a table. Per-line
-problems (bad JSON, unknown id, no code) become error lines; configuration problems (missing
+input order, flushed line by line), writes the summary as JSON next to it (`RESULTS.summary.json`,
+see `lcb.runs.scoring.summary_path`; the schema of `lcb run`'s summary) and prints it as the same
+table. Per-line problems (bad JSON, unknown id, no code) become error lines, each named on
+stderr with its line number and reason, as are the selected problems without a prediction
+(`--missing-as-fail` counts them as failures); configuration problems (missing
 official grader, unusable data source, a RESULTS.jsonl that already holds lines: the summary
 would not count them, or one that another lcb process is writing: see `lcb.runs.lock`) exit with
 status 2 and a one-line message.
@@ -18,11 +20,10 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from lcb.cli.application import app
 from lcb.cli.options import (
@@ -42,6 +43,7 @@ from lcb.grading.official import OfficialGraderMissing
 from lcb.runs import scoring
 from lcb.runs.lock import file_lock
 from lcb.runs.rundir import OutputError
+from lcb.runs.tables import print_summary
 
 
 @app.command("score")
@@ -49,10 +51,10 @@ from lcb.runs.rundir import OutputError
 def score(
     *,
     predictions: Annotated[Path, typer.Option(
-        "--predictions", exists=True, dir_okay=False, readable=True,
+        "--predictions", exists=True, dir_okay=False, readable=True, metavar="PRED.jsonl",
         help="JSONL of programs: one {\"id\": question_id, \"code\": program, …} per line.")],
     out: Annotated[Path, typer.Option(
-        "--out", dir_okay=False,
+        "--out", dir_okay=False, metavar="RESULTS.jsonl",
         help="Results JSONL (new or empty); the summary goes to <stem>.summary.json beside it.")],
     grader: Annotated[Grader, typer.Option(
         "--grader", case_sensitive=False, help=GRADER_HELP)] = Grader.default,
@@ -63,11 +65,15 @@ def score(
         "--jobs", min=1, help="Grading worker processes (default: the number of cores).")] = None,
     sandbox: Annotated[Sandbox, typer.Option(
         "--sandbox", case_sensitive=False, help=SANDBOX_HELP)] = Sandbox.process,
+    missing_as_fail: Annotated[bool, typer.Option(
+        "--missing-as-fail", help="Count each selected problem without a prediction as a "
+                                  "failed program (default: leave it out, with a warning).")
+                               ] = False,
     data_options: DataOptions,
 ) -> None:
     """Grade the programs of a predictions file and print pass@1."""
     config = scoring.ScoreConfig(grader=str(grader), all_tests=all_tests, jobs=jobs,
-                                 sandbox=str(sandbox))
+                                 sandbox=str(sandbox), missing_as_fail=missing_as_fail)
     _check_grader(config)
     with _locked(out):
         _check_out(out)
@@ -90,11 +96,16 @@ def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
         if out.exists() and out.stat().st_size == 0:
             out.unlink()
         fail(str(exc))
-    summary = {**scoring.summarize_scores(lines), "grader": config.grader,
-               "all_tests": config.all_tests, "predictions": str(predictions),
-               "results": str(out), "source": loaded.source}
+    summary = {**scoring.summarize_scores(lines, selected=problems,
+                                          missing_as_fail=config.missing_as_fail),
+               "grader": config.grader, "all_tests": config.all_tests,
+               "predictions": str(predictions), "results": str(out), "source": loaded.source}
     scoring.summary_path(out).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    Console().print(summary_table(summary))
+    err = Console(stderr=True, soft_wrap=True)
+    for note in scoring.notes(lines, summary):
+        err.print(note, markup=False, highlight=False)
+    print_summary(summary, console=Console(soft_wrap=True),
+                  title=f"pass@1 ({config.grader} grader)", totals=False)
 
 
 def _check_grader(config: scoring.ScoreConfig) -> None:
@@ -142,19 +153,3 @@ def _without_absent_ids(loaded: Loaded) -> Loaded:
     their prediction lines already get an error naming the id. Malformed rows stay reported."""
     kept = [s for s in loaded.skipped if not s.reason.startswith("requested with --only")]
     return dataclasses.replace(loaded, skipped=kept)
-
-
-def summary_table(summary: dict[str, Any]) -> Table:
-    """The pass@1 summary as a rich table: overall, with code, per difficulty and platform."""
-    table = Table(title=f"pass@1 ({summary['grader']} grader)")
-    for name in ("", "problems", "predictions", "solved", "pass@1"):
-        table.add_column(name, justify="left" if not name else "right")
-    rows = [("overall", summary), ("with code", summary["with_code"])]
-    rows += [(f"difficulty {k}", v) for k, v in summary["by_difficulty"].items()]
-    rows += [(f"platform {k}", v) for k, v in summary["by_platform"].items()]
-    for label, block in rows:
-        table.add_row(label, str(block["n_problems"]), str(block["n_predictions"]),
-                      str(block["solved"]), f"{block['pass@1']:.3f}")
-    if summary["n_invalid"]:
-        table.caption = f"{summary['n_invalid']} line(s) not graded (see their 'error' field)"
-    return table

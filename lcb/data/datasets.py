@@ -13,9 +13,11 @@ Contract of `load_problems(data, release=, selection=, strict=)`:
   a row whose question_id an earlier row (that passed the filters) already has are reported in
   `Loaded.skipped` with a reason and the load goes on; with `strict=True` a malformed,
   unreadable or repeated row, or an `only` ID that is not found, raises `DataError` instead.
-  A repeated row does not count towards `offset`/`limit`. Hostile rows (wrong types, deep
-  nesting, oversize fields, zlib bombs, unusable ids: `lcb.data.rowcheck`) are malformed rows
-  like any other; a bad `$LCB_MAX_ROW_BYTES` raises `DataError` before anything is read.
+  A repeated row does not count towards `offset`/`limit`. Each `Skipped` entry has a `kind`
+  (`SKIP_KINDS`), so a caller can tell an unknown `only` ID from a malformed row. Hostile rows
+  (wrong types, deep nesting, oversize fields, zlib bombs, unusable ids: `lcb.data.rowcheck`)
+  are malformed rows like any other; a bad `$LCB_MAX_ROW_BYTES` raises `DataError` before
+  anything is read.
 - `withhold` names rows whose private tests stay undecoded (`lcb splits` needs only to know
   that the eval rows are there): such a row gets every check `decode_row` makes except that
   its `private_test_cases` need only be non-blank text within the size cap; it then goes to
@@ -39,7 +41,7 @@ from lcb.data.local import DATA_SUFFIXES, DataError, RawRow, iter_rows, resolve_
 from lcb.data.manifest import check_eval_order
 from lcb.data.problems import Problem, RowError, SkipRow
 
-__all__ = ["DataError", "Loaded", "Selection", "Skipped", "load_problems"]
+__all__ = ["DataError", "Loaded", "Selection", "Skipped", "load_problems", "source_kind"]
 
 DIFFICULTIES = ("easy", "medium", "hard")
 PLATFORMS = ("atcoder", "leetcode", "codeforces")
@@ -47,6 +49,9 @@ SAMPLE = "sample"
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 PRIVATE = "private_test_cases"
 _STAND_IN = '[{"input": "", "output": ""}]'  # one empty test, so decode_row checks the rest
+# Why a row was left out: a line that is no JSON object, a row that fails its checks, a repeated
+# question_id, a well-formed row without usable tests, an `only` ID that no row has.
+SKIP_KINDS = ("unreadable", "malformed", "duplicate", "untestable", "not_found")
 
 
 @dataclass(frozen=True)
@@ -142,10 +147,12 @@ def _row_date(row: dict) -> dt.date:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A row left out of a load and why (the reason names the field or the file and line)."""
+    """A row left out of a load and why (the reason names the field or the file and line);
+    `kind` is one of `SKIP_KINDS`."""
 
     row_id: str
     reason: str
+    kind: str = "malformed"
 
 
 @dataclass
@@ -157,6 +164,11 @@ class Loaded:
     skipped: list[Skipped]
     source: dict = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)
+
+    @property
+    def not_found(self) -> list[str]:
+        """The `only` IDs that no row of the source (passing the other filters) has."""
+        return [entry.row_id for entry in self.skipped if entry.kind == "not_found"]
 
 
 def load_problems(
@@ -198,19 +210,30 @@ def load_problems(
     return loaded
 
 
-def _open_source(data: str | None, *, release: str, revision: str | None
-                 ) -> tuple[list[Path], dict]:
+def source_kind(data: str | None) -> str:
+    """What `data` names: "hub" (the default dataset or an `owner/name` that is no local path),
+    "sample", or "local" (a file or directory, existing or not)."""
     if data is None or data == HUB_DATASET:
-        fetched = fetch_release(release, revision=revision)
-        return list(fetched.paths), fetched.source
+        return "hub"
     if data == SAMPLE:
-        return _sample_source()
+        return SAMPLE
     path = Path(data).expanduser()
     if path.exists() or path.suffix.lower() in DATA_SUFFIXES or not _REPO_ID.fullmatch(data):
-        files = resolve_files(data)
-        return files, {"kind": "local", "path": str(path), "files": [str(f) for f in files]}
-    fetched = fetch_release(release, repo_id=data, revision=revision)
-    return list(fetched.paths), fetched.source
+        return "local"
+    return "hub"
+
+
+def _open_source(data: str | None, *, release: str, revision: str | None
+                 ) -> tuple[list[Path], dict]:
+    kind = source_kind(data)
+    if kind == "hub":
+        fetched = fetch_release(release, repo_id=data or HUB_DATASET, revision=revision)
+        return list(fetched.paths), fetched.source
+    if kind == SAMPLE:
+        return _sample_source()
+    path = Path(str(data)).expanduser()
+    files = resolve_files(str(data))
+    return files, {"kind": "local", "path": str(path), "files": [str(f) for f in files]}
 
 
 def _sample_source() -> tuple[list[Path], dict]:
@@ -233,7 +256,7 @@ def _candidates(rows: Iterable[RawRow], selection: Selection, skipped: list[Skip
     """Rows that pass the cheap filters; unreadable rows go to `skipped` (or raise if strict)."""
     for raw in rows:
         if raw.row is None:
-            _reject(skipped, Skipped(raw.where, raw.problem), strict=strict)
+            _reject(skipped, Skipped(raw.where, raw.problem, "unreadable"), strict=strict)
             continue
         try:
             if selection.matches(raw.row):
@@ -251,7 +274,7 @@ def _first_of_each_id(rows: Iterable[RawRow], skipped: list[Skipped], *, strict:
         qid = problems.row_id(raw.row or {})
         if qid in first:
             reason = f"{raw.where}: duplicate question_id (first seen in {first[qid]})"
-            _reject(skipped, Skipped(qid, reason), strict=strict)
+            _reject(skipped, Skipped(qid, reason, "duplicate"), strict=strict)
             continue
         if raw.row and rowcheck.id_problem(raw.row.get("question_id")) is None:  # a real id
             first[qid] = raw.where
@@ -277,7 +300,7 @@ def _in_only_order(rows: Iterator[RawRow], only: tuple[str, ...], skipped: list[
             break
     for missing in (i for i in only if i not in found):
         reason = "requested with --only but not in the source (or excluded by another filter)"
-        _reject(skipped, Skipped(missing, reason), strict=strict)
+        _reject(skipped, Skipped(missing, reason, "not_found"), strict=strict)
     return [found[i] for i in only if i in found]
 
 
@@ -290,7 +313,7 @@ def _decode_into(loaded: Loaded, raw: RawRow, *, strict: bool, withhold: frozens
         else:
             loaded.problems.append(problems.decode_row(row))
     except SkipRow as exc:
-        loaded.skipped.append(Skipped(exc.row_id, exc.reason))
+        loaded.skipped.append(Skipped(exc.row_id, exc.reason, "untestable"))
     except RowError as exc:
         _reject(loaded.skipped, Skipped(exc.row_id, f"{raw.where}: {exc}"), strict=strict)
 

@@ -15,14 +15,22 @@ Contract:
 - It works offline (`HF_HUB_OFFLINE=1`, or no network) when the files are cached. When they are
   not, it raises `DataError` saying how to get the data. The `datasets` package is not used: its
   current versions cannot run this dataset's loading script.
+- Unless offline mode is on, one TCP connect to the hub endpoint (`HF_ENDPOINT`, or the proxy
+  that serves it) comes first, bounded by `CONNECT_TIMEOUT_S` (name lookup included). When it
+  fails, the files are taken from the cache only: huggingface_hub would otherwise retry an
+  unreachable hub for about 24 s (five retries with backoff) before the same outcome.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import threading
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lcb.data.local import DataError
 
@@ -31,6 +39,7 @@ DEFAULT_RELEASE = "release_v1"
 LATEST_VERSION = 6
 REVISION_ENV = "LCB_HF_REVISION"
 DEFAULT_REVISION = "main"
+CONNECT_TIMEOUT_S = 3.0
 
 _RELEASE = re.compile(r"release_v(\d+)")
 _SINGLE = re.compile(r"v(\d+)")
@@ -90,9 +99,10 @@ def fetch_release(
     """Fetch the files of release `tag` from `repo_id`; see the module contract."""
     names = release_files(tag)
     wanted = revision or default_revision()
-    paths = [_download(repo_id, names[0], wanted)]
+    unreachable = _unreachable()
+    paths = [_download(repo_id, names[0], wanted, unreachable)]
     commit = _commit_of(paths[0]) or wanted
-    paths += [_download(repo_id, name, commit) for name in names[1:]]
+    paths += [_download(repo_id, name, commit, unreachable) for name in names[1:]]
     source = {
         "kind": "hub",
         "repo": repo_id,
@@ -111,7 +121,51 @@ def _commit_of(path: Path) -> str | None:
     return None
 
 
-def _download(repo_id: str, filename: str, revision: str) -> Path:
+def _unreachable() -> str | None:
+    """Why the hub cannot be reached (None when it can, or when offline mode is on)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    return connect_problem(constants.ENDPOINT)
+
+
+def connect_problem(url: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """None when a TCP connection to `url`'s host (or to the proxy for it) opens within
+    `timeout_s`, else why not. No request is sent."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        via = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = via.hostname or "", via.port or 80
+    found: list[object] = []
+    # getaddrinfo takes no timeout and a broken resolver can hang: look up in a daemon thread.
+    lookup = threading.Thread(target=_lookup, args=(host, port, found), daemon=True)
+    lookup.start()
+    lookup.join(timeout_s)
+    if not found:
+        return f"no answer from a name lookup of {host} within {timeout_s:g} s"
+    if isinstance(found[0], OSError):
+        return f"cannot resolve {host}: {found[0].strerror or found[0]}"
+    family, kind, proto, _, address = found[0][0]  # type: ignore[index]
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(address)
+    except OSError as exc:
+        return f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
+def _lookup(host: str, port: int, found: list[object]) -> None:
+    try:
+        found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+    except OSError as exc:
+        found.append(exc)
+
+
+def _download(repo_id: str, filename: str, revision: str, unreachable: str | None) -> Path:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -123,9 +177,11 @@ def _download(repo_id: str, filename: str, revision: str) -> Path:
 
     where = f"{filename} of hub dataset {repo_id} (revision {revision})"
     try:
-        local = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision)
+        local = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
+                                local_files_only=unreachable is not None)
     except LocalEntryNotFoundError:
-        raise DataError(_not_cached(where, repo_id, filename, constants.HF_HUB_CACHE)) from None
+        raise DataError(_not_cached(where, repo_id, filename, constants.HF_HUB_CACHE,
+                                    unreachable)) from None
     except RepositoryNotFoundError:
         raise DataError(f"--data {repo_id}: no such dataset on the hub (or it is gated)") from None
     except RevisionNotFoundError:
@@ -137,10 +193,12 @@ def _download(repo_id: str, filename: str, revision: str) -> Path:
     return Path(local)
 
 
-def _not_cached(where: str, repo_id: str, filename: str, cache: str) -> str:
+def _not_cached(where: str, repo_id: str, filename: str, cache: str, why: str | None) -> str:
+    state = f"the hub is unreachable ({why})" if why else \
+        "the hub is unreachable or offline mode is on"
     return (
-        f"cannot fetch {where}: the hub is unreachable or offline mode is on, and the file is "
-        f"not in the Hugging Face cache ({cache}). Either pass --data PATH (a local JSONL/Parquet "
+        f"cannot fetch {where}: {state}, and the file is not in the Hugging Face cache "
+        f"({cache}). Either pass --data PATH (a local JSONL/Parquet "
         f"copy of the rows, or a directory of them), or download it once while online: "
         f"hf download {repo_id} {filename} --repo-type dataset"
     )

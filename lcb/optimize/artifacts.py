@@ -1,7 +1,8 @@
 """The files of an optimizer job directory (`--out DIR`) and the rules for reusing one.
 
 Layout:
-    DIR/job.json              `JobSpec`: method, cell, seed, budget, sampling, reflection model
+    DIR/job.json              `JobSpec`: method, cell, seed, budget, task sampling (temperature,
+                              top-p, max tokens, thinking), reflection model
                               and sampling, data source (release, revision), how the splits were
                               drawn (sizes, rule, digest), grader, sandbox, `opt_tests`, the
                               method's full settings, the seed prompts' hashes; `conformance`
@@ -81,6 +82,8 @@ class JobSpec(_Model):
     budget: int = Field(default=600, ge=0)
     temperature: float = 0.2
     top_p: float = 0.9
+    max_tokens: int = Field(default=4096, ge=1)
+    thinking: bool | None = None
     reflection_model: str | None = None
     reflection_sampling: dict[str, Any] = Field(default_factory=dict)
     split_sizes: dict[str, int] = Field(default_factory=lambda: dict(STANDARD_SPLIT_SIZES))

@@ -18,6 +18,8 @@ Contract:
 - `calls.jsonl.gz` is one gzip stream per session, flushed after every call; a resumed job first
   rewrites the file with the complete calls it holds (a kill can cut the last one short).
 - A call that fails after the client's retries raises `ReflectionError` naming the endpoint.
+- With a response cache (`cache`, `lcb.agents.cache`), calls not in the journal go through it
+  with their kind as the purpose.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from lcb.agents.cache import ResponseCache
+from lcb.agents.endpoints import redact_url
 from lcb.agents.llm import ModelCallError, ModelGateway
 from lcb.agents.models import ModelConfig, resolve_model
 from lcb.agents.usage import CallTag, UsageLedger
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.method import ReflectionError
-from lcb.optimize.provenance import redact_url
 from lcb.optimize.seeds import Phase, request_seed
 
 CALLS_LOG = "calls.jsonl.gz"
@@ -161,8 +164,9 @@ class ModelCalls:
     """The uncharged calls of one optimize phase (see the module docstring)."""
 
     def __init__(self, *, reflection: ModelConfig, task: ModelConfig, ledger: BudgetLedger,
-                 optimizer_seed: int, journal: CallJournal) -> None:
-        self.reflection, self.task = reflection, task
+                 optimizer_seed: int, journal: CallJournal,
+                 cache: ResponseCache | None = None) -> None:
+        self.reflection, self.task, self.cache = reflection, task, cache
         self.ledger, self.optimizer_seed, self.journal = ledger, optimizer_seed, journal
         self._gateways: dict[tuple, ModelGateway] = {}
         self._counts: Counter[str] = Counter()
@@ -214,7 +218,7 @@ class ModelCalls:
         tag = CallTag(str(kind), str(kind), line["purpose"][:60], str(kind), 0)
         try:
             reply = await self._gateway(config).call(list(messages), ledger=usage, seed=seed,
-                                                     tag=tag)
+                                                     tag=tag, purpose=str(kind))
         except ModelCallError as exc:
             self.ledger.record_uncharged(kind, calls=1)
             self.journal.append({**line, "answer": None, "error": str(exc),
@@ -237,7 +241,7 @@ class ModelCalls:
         key = (config.base_url, config.model_id, config.temperature, config.top_p,
                config.max_tokens)
         if key not in self._gateways:
-            self._gateways[key] = ModelGateway(config)
+            self._gateways[key] = ModelGateway(config, cache=self.cache)
         return self._gateways[key]
 
     async def aclose(self) -> None:

@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from lcb.agents.prompts import PROMPTS_ROOT, available_roles, load_role_prompt
+from lcb.agents.prompts import (  # the hashes are re-exported
+    PROMPTS_ROOT,
+    available_roles,
+    load_role_prompt,
+    prompt_hash,
+)
 from lcb.data.hub import HUB_DATASET
 from lcb.runs.rundir import write_json
 
@@ -173,16 +178,6 @@ def splits_digest(splits: Splits) -> str:
     ids = {"train": list(splits.train), "validation": list(splits.validation),
            "test": list(splits.test)}
     return hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode()).hexdigest()
-
-
-def prompt_hash(text: str) -> str:
-    """sha256 (hex) of one role prompt's text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def bundle_hashes(bundle: Mapping[str, str]) -> dict[str, str]:
-    """`{role: prompt_hash(text)}` of a bundle: job.json's `seed_prompts`."""
-    return {role: prompt_hash(text) for role, text in bundle.items()}
 
 
 def prompt_manifest(root: Path | None = None) -> dict[str, dict[str, str]]:

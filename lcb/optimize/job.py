@@ -27,6 +27,9 @@ Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
   `configs/prompts/` no longer holds the pinned text.
 - `opt_tests` k: optimize rollouts are graded on the first k private tests (None: all);
   validation and test always use all tests.
+- `cache` / `replay`: every model call of the job (team runs with purpose optimize / validate /
+  test, reflect / judge / probe calls) goes through the response cache in that directory
+  (`lcb.agents.cache`); `replay` sends nothing to an endpoint and checks none.
 - `phase="all"` runs whatever is missing, in order; a named phase needs the earlier ones done.
   Returns the one-line JSON summary of the job (`summary`).
 """
@@ -40,8 +43,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from lcb.agents.cache import check_cache, open_cache
 from lcb.agents.models import ModelConfig, check_endpoint
-from lcb.agents.prompts import role_path, seed_bundle
+from lcb.agents.prompts import bundle_hashes, role_path, seed_bundle
 from lcb.grading import GradingPool
 from lcb.grading.preflight import preflight
 from lcb.optimize import conformance, phases, provenance
@@ -99,6 +103,8 @@ class JobConfig:
     grade_workers: int | None = None
     run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S
     check_endpoints: bool = True
+    cache: Path | None = None  # the response cache's directory (`lcb.agents.cache`)
+    replay: bool = False  # every model call from the cache alone: no endpoint at all
 
     def __post_init__(self) -> None:
         if self.phase not in tuple(JobPhase):
@@ -147,14 +153,15 @@ def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: Mode
                    team_size=None if cell.is_single else cell.size,
                    communication=None if cell.is_single else cell.communication,
                    budget=config.budget, temperature=config.model.temperature,
-                   top_p=config.model.top_p, reflection_model=reflection.model_id,
+                   top_p=config.model.top_p, max_tokens=config.model.max_tokens,
+                   thinking=config.model.thinking, reflection_model=reflection.model_id,
                    reflection_sampling=provenance.sampling(reflection),
                    split_sizes=splits.sizes, data=config.data, release=config.release,
                    revision=splits.source.get("revision"), test_rule=splits.test_rule,
                    splits_digest=conformance.splits_digest(splits), grader=GRADER,
                    sandbox=config.sandbox, opt_tests=config.opt_tests,
                    method_settings=method_settings,
-                   seed_prompts=conformance.bundle_hashes(seed),
+                   seed_prompts=bundle_hashes(seed),
                    provenance=provenance.collect(task=config.model, reflection=reflection,
                                                  grader=GRADER, sandbox=config.sandbox,
                                                  judge_sampling=judge))
@@ -208,6 +215,7 @@ def pending_phases(config: JobConfig, out: Path) -> list[JobPhase]:
 
 async def run_job(config: JobConfig) -> dict[str, Any]:
     """Run the phases `config.phase` asks for; return the job summary (module docstring)."""
+    check_cache(config.cache, replay=config.replay)
     settings = resolve_settings(config.method, config.method_settings)
     optimizer = get_optimizer(config.method, **settings)
     cell = TeamCell(config.topology, config.team_size, config.communication)
@@ -215,7 +223,8 @@ async def run_job(config: JobConfig) -> dict[str, Any]:
     reflection = config.reflection or reflection_config(config.model)
     splits = resolve_splits(config)
     spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
-    if config.check_endpoints and not (config.out / Artifact.RESULT).exists():
+    finished = (config.out / Artifact.RESULT).exists()
+    if config.check_endpoints and not config.replay and not finished:
         await check_endpoint(config.model)
         other = (reflection.model_id, reflection.base_url) != (config.model.model_id,
                                                                config.model.base_url)
@@ -242,7 +251,9 @@ async def _run_phase(phase: JobPhase, job: phases.Job, config: JobConfig, pool: 
                      optimizer: Optimizer, reflection: ModelConfig) -> None:
     """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise."""
     greedy = phase is not JobPhase.OPTIMIZE
-    runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model)
+    runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model,
+                          cache=open_cache(config.cache, replay=config.replay),
+                          purpose=phase.value)
     try:
         team = phases.runner(job, runtime, pool, concurrency=config.concurrency,
                              run_timeout_s=config.run_timeout_s,

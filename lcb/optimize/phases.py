@@ -106,7 +106,8 @@ async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budg
     data = load_optimizer_data(job.splits, data=job.data, release=job.release)
     ledger = BudgetLedger(budget)
     calls = ModelCalls(reflection=reflection, task=team.runtime.config, ledger=ledger,
-                       optimizer_seed=job.optimizer_seed, journal=CallJournal(job.out))
+                       optimizer_seed=job.optimizer_seed, journal=CallJournal(job.out),
+                       cache=team.runtime.cache)
     ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, ledger=ledger,
                      optimizer_seed=job.optimizer_seed, runner=team, calls=calls,
                      job_dir=job.out)

@@ -20,20 +20,18 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import platform
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from lcb.agents.endpoints import redact_url  # re-exported: job.json's endpoints use it
 from lcb.agents.models import ModelConfig
+from lcb.runs.checkout import REPO_ROOT, git_state  # re-exported
 from lcb.runs.rundir import now_iso
 
 LIBRARIES = ("gepa", "dspy", "optuna", "langgraph", "langchain-openai", "lcb")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GRADING_DIR = REPO_ROOT / "lcb" / "grading"
 SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
-_GIT_TIMEOUT_S = 10.0
 
 
 def collect(*, task: ModelConfig, reflection: ModelConfig, grader: str, sandbox: str,
@@ -49,24 +47,6 @@ def collect(*, task: ModelConfig, reflection: ModelConfig, grader: str, sandbox:
                      "judge": dict(judge_sampling)},
         "time": now_iso(),
     }
-
-
-def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
-    """`{"commit": sha | None, "dirty": bool | None}` of the checkout at `root`."""
-    commit = _git(root, "rev-parse", "HEAD")
-    if commit is None:
-        return {"commit": None, "dirty": None}
-    status = _git(root, "status", "--porcelain")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=_GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError):  # no git, or it hung
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
@@ -86,17 +66,6 @@ def grader_version(folder: Path = GRADING_DIR) -> str:
     for path in sorted(folder.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
-
-
-def redact_url(url: str) -> str:
-    """`url` without credentials (user:password@) or query string (tokens ride there)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def endpoint(config: ModelConfig) -> dict[str, str]:

@@ -130,17 +130,22 @@ def abstention_feedback(active: frozenset[str]) -> str:
             "could answer, so nothing was submitted or graded")
 
 
+CUT_NOTE = "the final answer was cut at the max_tokens limit (finish_reason=length)"
+
+
 def feedback_text(result: TeamResult, grade: Grade | None, *,
                   tests_of: tuple[int, int] | None = None) -> str:
     """What a reflective method reads about one graded run ("" when it passed). `tests_of` =
-    (k, N) notes that only the first k of the N hidden tests were graded."""
+    (k, N) notes that only the first k of the N hidden tests were graded; a failed run whose
+    submitted answer was cut at max_tokens (`fields["truncated"]`) says so (`CUT_NOTE`)."""
+    cut = [CUT_NOTE] if result.fields.get("truncated") else []
     if grade is None:
-        return ("no program: the team's final answer held no complete ```python code block, "
-                "so nothing was graded")
+        return "\n".join(["no program: the team's final answer held no complete ```python code "
+                          "block, so nothing was graded", *cut])
     if grade.em:
         return ""
-    note = [f"(optimization grades the first {tests_of[0]} of {tests_of[1]} hidden tests)"
-            ] if tests_of else []
+    note = cut + ([f"(optimization grades the first {tests_of[0]} of {tests_of[1]} hidden "
+                   "tests)"] if tests_of else [])
     fb = grade.feedback
     if fb is None:
         return "\n".join([f"failed: {grade.passed} of {grade.total} hidden tests passed", *note])

@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from lcb.agents.endpoints import redact_url
 from lcb.agents.models import EndpointError, ModelConfig, check_endpoint
 from lcb.data.datasets import Selection, load_problems
 from lcb.data.problems import Problem
 from lcb.data.samples import DEMO_IDS, reference_solution
 from lcb.grading import Grade, GradingPool
-from lcb.runs.progress import print_summary
 from lcb.runs.records import summarize
+from lcb.runs.tables import print_summary
 from lcb.teams import TeamResult, TeamRuntime, solve
 
 
@@ -99,7 +100,7 @@ async def run_demo(model: ModelConfig, *, topology: str = "single",
     try:
         await check_endpoint(model)
     except EndpointError as exc:
-        console.print(f"[bold red]No model endpoint answered at {model.base_url}.[/]")
+        console.print(f"[bold red]No model endpoint answered at {redact_url(model.base_url)}.[/]")
         console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         console.print("On the command line, --model picks the model and --no-vllm-extras "
                       "switches vLLM's extra fields off.", soft_wrap=True)
@@ -109,7 +110,8 @@ async def run_demo(model: ModelConfig, *, topology: str = "single",
         await grade_references(console)
         return 0
     problems = load_problems("sample", selection=Selection(only=DEMO_IDS)).problems
-    console.print(f"Demo: the {topology} team ({model.model_id} at {model.base_url}) solves "
+    console.print(f"Demo: the {topology} team ({model.model_id} at {redact_url(model.base_url)}) "
+                  "solves "
                   f"{', '.join(p.id for p in problems)}.")
     await _solve_demo(problems, model, topology, console)
     return 0

@@ -1,13 +1,17 @@
-"""Batch progress on stderr and the end-of-run table.
+"""Batch progress on stderr: the start banner and the running counts.
 
-`BatchProgress` shows done/total, running pass@1, errors and tokens: a rich progress bar when
-stderr is a terminal, otherwise one plain line every `interval_s` seconds (and one at the end), so
-a log file of a 10-hour batch stays readable. `print_summary` renders the summary contract as a
-rich table.
+`start_banner(...)` is the text a batch prints once before its first model call (team, model
+and endpoint, data, how many problems and samples, where the files go). `BatchProgress` shows
+done/total, running pass@1, errors and tokens: a rich progress bar when stderr is a terminal;
+otherwise (a log file, `nohup`) a plain line at once, then one whenever both `interval_s`
+seconds (10) and `step_fraction` of the total (5 %) have passed since the last line, and one at
+the end: a log shows life at the start, and a 10-hour batch stays readable. The end-of-run
+table is `lcb.runs.tables`.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Mapping
@@ -22,19 +26,38 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 
 def _tokens(count: int) -> str:
     return f"{count / 1000:.1f}k" if count >= 1000 else str(count)
 
 
+def start_banner(*, team: str, model: str, endpoint: str, data: str, problems: int,
+                 samples: int, out: str) -> str:
+    """The start banner: one labelled line per fact, under a title line.
+
+    >>> print(start_banner(team="single", model="m", endpoint="http://h/v1", data="sample",
+    ...                    problems=2, samples=1, out="results/x"))
+    lcb batch
+      team      single
+      model     m at http://h/v1
+      data      sample
+      problems  2 (1 sample each)
+      output    results/x
+    """
+    each = f"{samples} sample{'s' if samples != 1 else ''} each"
+    rows = (("team", team), ("model", f"{model} at {endpoint}"), ("data", data),
+            ("problems", f"{problems} ({each})"), ("output", out))
+    return "lcb batch\n" + "\n".join(f"  {name:<10}{value}" for name, value in rows)
+
+
 class BatchProgress:
     """Counts finished problems and reports them; `update` takes each record as it lands."""
 
     def __init__(self, *, total: int, stream: TextIO | None = None, plain: bool | None = None,
-                 interval_s: float = 30.0, label: str = "batch"):
+                 interval_s: float = 10.0, step_fraction: float = 0.05, label: str = "batch"):
         self.total, self.label, self.interval_s = total, label, interval_s
+        self.step = max(1, math.ceil(step_fraction * total))
         self.stream = stream if stream is not None else sys.stderr
         self.plain = (not self.stream.isatty()) if plain is None else plain
         self.done = self.solved = self.errors = self.tokens = 0
@@ -54,12 +77,14 @@ class BatchProgress:
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=self.total, completed=self.done,
                                             stats=self._stats())
+        else:
+            self._line()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
-        elif self.done and self.done != self._done_at_line:
+        elif self.done != self._done_at_line:
             self._line()
 
     def _stats(self) -> str:
@@ -86,41 +111,7 @@ class BatchProgress:
         self.count(record)
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, stats=self._stats())
-        elif time.monotonic() - self._last_line >= self.interval_s or self.done == self.total:
+        elif self.done == self.total or (
+                time.monotonic() - self._last_line >= self.interval_s
+                and self.done - self._done_at_line >= self.step):
             self._line()
-
-
-def _row(table: Table, name: str, group: Mapping[str, Any]) -> None:
-    table.add_row(name, str(group["n"]), str(group["solved"]), f"{group['em']:.3f}")
-
-
-def print_summary(summary: Mapping[str, Any], *, console: Console | None = None,
-                  title: str = "pass@1", totals: bool = True) -> None:
-    """Print pass@1 overall, with extracted code, per difficulty and per platform; then totals."""
-    console = console or Console()
-    table = Table(title=title)
-    for column in ("set", "n", "solved", "pass@1"):
-        table.add_column(column, justify="left" if column == "set" else "right")
-    _row(table, "all", summary)
-    _row(table, "with extracted code", {"n": summary["n_extracted"],
-                                        "solved": summary["extracted_solved"],
-                                        "em": summary["extracted_em"]})
-    for key, prefix in (("by_difficulty", "difficulty"), ("by_platform", "platform")):
-        for name, group in summary[key].items():
-            _row(table, f"{prefix}: {name}", group)
-    console.print(table)
-    if totals:
-        console.print(_totals_line(summary))
-
-
-def _totals_line(summary: Mapping[str, Any]) -> str:
-    totals = [f"errors {summary.get('n_errors', 0)}",
-              f"prompt tokens {summary.get('prompt_tokens', 0):,}",
-              f"completion tokens {summary.get('completion_tokens', 0):,}",
-              f"LLM calls {summary.get('n_llm_calls', 0):,}",
-              f"tool calls {summary.get('n_tool_calls', 0):,}"]
-    if "wall_s" in summary:
-        totals.append(f"wall time {summary['wall_s']:.1f}s")
-    if summary.get("wall_s_total", 0) > summary.get("wall_s", 0):
-        totals.append(f"(all sessions {summary['wall_s_total']:.1f}s)")
-    return "  ".join(totals)

@@ -1,17 +1,42 @@
 """The record and summary schema, and the append-only JSONL log that holds records.
 
 Contract:
-- A record is one JSON object per problem (see `Record`); its keys are the ARCHITECTURE.md
-  contract plus grading detail (`tests_run`, `verdicts`, `feedback`, `grader`) and the team's
-  topology-specific `fields`, which are flattened into the top level of the JSON object.
+- A record is one JSON object per program graded: one per problem, or one per (problem, sample)
+  when a batch draws several samples per problem (see `Record`). Its keys are the ARCHITECTURE.md
+  contract plus `sample` (0-based), why the submitted answer's generation ended
+  (`finish_reason`, `truncated`, `n_truncated_calls`), the generation settings used
+  (`generation`: `ModelConfig.generation()`), grading detail (`tests_run`, `verdicts`,
+  `feedback`, `grader`) and the team's topology-specific `fields`, flattened into the top level.
+  `record_key` is a record's identity, (id, sample); a record without `sample` is sample 0.
 - `RecordLog.append` writes one line, flushes and fsyncs it before returning: a record that was
   appended survives a kill of the process.
 - `read_records` tolerates (and with `repair=True` removes) a truncated last line, the only
   damage a kill mid-write can cause; damage anywhere else raises `RecordsError` naming the line.
 - `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.runs.scoring` and the optimizer
-  artifacts call it); `by_group` is the one per-difficulty / per-platform grouping.
-"""
+  artifacts call it; `lcb.runs.passk` holds the estimator); `by_group` is the one per-difficulty /
+  per-platform grouping.
 
+The summary (`summarize`; `lcb run`'s summary.json and `lcb score`'s RESULTS.summary.json both
+hold every key of `SUMMARY_KEYS`, with these meanings):
+- `n`: programs graded (records, or valid prediction lines); `n_problems`: distinct problems
+  among them; `samples_per_problem`: the fewest programs any of those problems has.
+- `n_extracted`: programs that are non-empty code; `n_errors`: programs whose record has an error.
+- `solved` / `extracted_solved`: programs that passed every hidden test (all / with code).
+- `em`: pass@1: per problem, the share of its programs that passed, averaged over problems (with
+  one program per problem, solved / n); `extracted_em`: the same over programs with code.
+- `pass_at_k`: {"1": pass@1, "5": ..., "10": ...}, the unbiased estimator averaged over problems,
+  for each k at most `samples_per_problem` (see `lcb.runs.passk`); "1" always equals `em`.
+- `ci`: the bootstrap interval of pass@1 over problems: {level, low, high, resamples, seed}.
+- `n_truncated` / `truncation_rate`: programs whose submitted answer was cut by the token limit,
+  and their share of `n` (0.0 over nothing).
+- `by_difficulty` (easy, medium, hard first), `by_platform`: per group {n, n_problems, solved,
+  em, n_truncated}.
+- `prompt_tokens`, `completion_tokens`, `n_llm_calls`, `n_tool_calls`, `latency_s`: sums over the
+  programs (0 where the rows carry none, as for predictions scored without their run records).
+Commands add their own context: `lcb run` (see `lcb.runs.runner`) and `lcb score` (see
+`lcb.runs.scoring`) both add `n_selected` (problems selected) and `n_missing` (selected problems
+with no program at all).
+"""
 from __future__ import annotations
 
 import json
@@ -23,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from lcb.data.datasets import DIFFICULTIES
+from lcb.runs.passk import bootstrap_ci, counts, pass_at_k, problem_rates
 
 
 class RecordsError(ValueError):
@@ -57,6 +83,11 @@ class Record:
     grader: str
     grade_wall_s: float = 0.0
     grade_cpu_s: float = 0.0
+    sample: int = 0
+    finish_reason: str | None = None
+    truncated: bool = False
+    n_truncated_calls: int = 0
+    generation: dict[str, Any] = field(default_factory=dict)  # `ModelConfig.generation()`
     fields: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +103,11 @@ class Record:
 
 
 REQUIRED_KEYS = ("id", "em")
+
+
+def record_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """A record's identity: (problem id, sample index); a record without `sample` is sample 0."""
+    return str(record["id"]), int(record.get("sample") or 0)
 
 
 def _check(record: Mapping[str, Any], where: str) -> None:
@@ -154,6 +190,17 @@ def _parse(line: bytes, path: Path, number: int) -> dict[str, Any]:
     return record
 
 
+
+
+SUMMARY_KEYS = (
+    "n", "n_problems", "samples_per_problem", "n_extracted", "n_errors", "solved", "em",
+    "extracted_solved", "extracted_em", "pass_at_k", "ci", "n_truncated", "truncation_rate",
+    "by_difficulty", "by_platform", "prompt_tokens", "completion_tokens", "n_llm_calls",
+    "n_tool_calls", "latency_s",
+)
+TOTAL_KEYS = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls")
+
+
 def pass_at_1(outcomes: Iterable[tuple[str, int]]) -> float:
     """pass@1 over `(problem id, em)` outcomes, `em` 1 when a program passed every hidden test:
     per problem, the share of its programs that passed; averaged over problems. With one
@@ -162,10 +209,7 @@ def pass_at_1(outcomes: Iterable[tuple[str, int]]) -> float:
     >>> pass_at_1([("a", 1), ("a", 0), ("b", 1)])
     0.75
     """
-    per_problem: dict[str, list[int]] = {}
-    for problem_id, em in outcomes:
-        per_problem.setdefault(str(problem_id), []).append(int(em))
-    rates = [sum(ems) / len(ems) for ems in per_problem.values()]
+    rates = problem_rates(outcomes)
     return sum(rates) / len(rates) if rates else 0.0
 
 
@@ -181,60 +225,69 @@ def by_group(rows: Iterable[Mapping[str, Any]], key: str, order: tuple[str, ...]
     return {name: groups[name] for name in names}
 
 
-def _em(rows: Iterable[Mapping[str, Any]]) -> float:
-    return pass_at_1((row["id"], row["em"]) for row in rows)
+def _outcomes(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    return [(row["id"], row["em"]) for row in rows]
 
 
-def _group(records: list[Mapping[str, Any]], key: str, order: tuple[str, ...] = ()) -> dict:
-    return {
-        name: {"n": len(rows), "solved": sum(int(r["em"]) for r in rows), "em": _em(rows)}
-        for name, rows in by_group(records, key, order).items()
-    }
+def _group(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"n": len(rows), "n_problems": len({str(r["id"]) for r in rows}),
+            "solved": sum(int(r["em"]) for r in rows), "em": pass_at_1(_outcomes(rows)),
+            "n_truncated": sum(1 for r in rows if r.get("truncated"))}
 
 
 def has_code(record: Mapping[str, Any]) -> bool:
-    """True when the team submitted an extracted program."""
+    """True when the program is non-empty code: a scored line's `has_code`, else the record's
+    extracted `predicted_code`."""
+    if "has_code" in record:
+        return bool(record["has_code"])
     code = record.get("predicted_code")
     return isinstance(code, str) and bool(code.strip())
 
 
-def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The summary contract over records (one per problem; a repeated id raises `RecordsError`).
+def check_unique(records: Iterable[Mapping[str, Any]]) -> None:
+    """`RecordsError` for a record without `id`/`em` or a (id, sample) recorded twice."""
+    seen: set[tuple[str, int]] = set()
+    for index, record in enumerate(records):
+        _check(record, f"record {index}")
+        key = record_key(record)
+        if key in seen:
+            sample = f" sample {key[1]}" if key[1] else ""
+            raise RecordsError(f"record {index}: id {record['id']!r}{sample} appears more "
+                               "than once")
+        seen.add(key)
 
-    `em` is pass@1 over all records, `extracted_em` over records with an extracted program; both
-    are 0.0 over an empty set. Token and call counts are totals; `latency_s` is the sum of the
-    problems' latencies (the batch's wall time is added by the runner, which knows it).
+
+def summarize(records: Iterable[Mapping[str, Any]], *, unique: bool = True) -> dict[str, Any]:
+    """The summary (module docstring) over records; with `unique`, an (id, sample) that
+    appears twice raises `RecordsError` (scored lines are samples in their own right: `lcb
+    score` passes `unique=False`). Rates are 0.0 over an empty set.
 
     >>> summarize([{"id": "a", "em": 1, "predicted_code": "print(1)"}, {"id": "b", "em": 0}])["em"]
     0.5
     """
     rows = list(records)
-    seen: set[str] = set()
-    for index, record in enumerate(rows):
-        _check(record, f"record {index}")
-        if record["id"] in seen:
-            raise RecordsError(f"record {index}: id {record['id']!r} appears more than once")
-        seen.add(record["id"])
-    extracted = [record for record in rows if has_code(record)]
-    solved = sum(int(record["em"]) for record in rows)
-    extracted_solved = sum(int(record["em"]) for record in extracted)
-
-    def total(key: str) -> int | float:
-        return sum(record.get(key) or 0 for record in rows)
-
+    if unique:
+        check_unique(rows)
+    extracted = [row for row in rows if has_code(row)]
+    per_problem = counts(_outcomes(rows))
+    n_truncated = sum(1 for row in rows if row.get("truncated"))
     return {
         "n": len(rows),
+        "n_problems": len(per_problem),
+        "samples_per_problem": min((n for n, _ in per_problem.values()), default=0),
         "n_extracted": len(extracted),
-        "n_errors": sum(1 for record in rows if record.get("error")),
-        "solved": solved,
-        "em": _em(rows),
-        "extracted_solved": extracted_solved,
-        "extracted_em": _em(extracted),
-        "by_difficulty": _group(rows, "difficulty", DIFFICULTIES),
-        "by_platform": _group(rows, "platform"),
-        "prompt_tokens": total("prompt_tokens"),
-        "completion_tokens": total("completion_tokens"),
-        "n_llm_calls": total("n_llm_calls"),
-        "n_tool_calls": total("n_tool_calls"),
-        "latency_s": round(total("latency_s"), 3),
+        "n_errors": sum(1 for row in rows if row.get("error")),
+        "solved": sum(int(row["em"]) for row in rows),
+        "em": pass_at_1(_outcomes(rows)),
+        "extracted_solved": sum(int(row["em"]) for row in extracted),
+        "extracted_em": pass_at_1(_outcomes(extracted)),
+        "pass_at_k": pass_at_k(_outcomes(rows)),
+        "ci": bootstrap_ci(problem_rates(_outcomes(rows))),
+        "n_truncated": n_truncated,
+        "truncation_rate": n_truncated / len(rows) if rows else 0.0,
+        "by_difficulty": {name: _group(group)
+                          for name, group in by_group(rows, "difficulty", DIFFICULTIES).items()},
+        "by_platform": {name: _group(group) for name, group in by_group(rows, "platform").items()},
+        **{key: sum(int(row.get(key) or 0) for row in rows) for key in TOTAL_KEYS},
+        "latency_s": round(sum(float(row.get("latency_s") or 0) for row in rows), 3),
     }

@@ -3,31 +3,37 @@
 Layout of `--out-dir DIR`:
     DIR/predictions.jsonl          one record per finished problem (append-only, see records.py)
     DIR/summary.json               the summary contract, rewritten at the end of each session
-    DIR/manifest.json              config (api key redacted), versions, data source, sessions
+    DIR/manifest.json              config (api key redacted), the results-changing `settings`
+                                   (lcb.runs.identity), data source (with checksums), and per
+                                   session: command, versions, git state, containment, rows left
+                                   out
     DIR/transcripts/<id>.json.gz   one gzip-compressed JSON transcript per problem (see
                                    `transcript_name` for ids that are not file-name safe)
     DIR/.lock                      held while a batch runs (see lcb.runs.lock)
 
 With `--out FILE.jsonl` only the predictions file is written. Whole-file writes go through a
-temporary file and a rename, so a kill never leaves a half-written JSON file behind.
+temporary file and a rename, so a kill never leaves a half-written JSON file behind, and a failed
+write (a full disk) leaves the old file whole and no temporary file; `output_failure` words
+such an `OSError` for the console.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
 import platform
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from lcb.runs.records import read_records
+from lcb.runs.records import read_records, record_key
 
 PREDICTIONS = "predictions.jsonl"
 SET_ASIDE_SUFFIX = ".errors.jsonl"
@@ -102,15 +108,28 @@ def transcript_name(problem_id: str) -> str:
     return f"{prefix}-{digest}.json.gz"
 
 
-def _replace_text(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically: a synced temporary file, then a rename."""
+@contextlib.contextmanager
+def _temporary(path: Path) -> Iterator[Path]:
+    """The temporary file beside `path`; removed when the write fails (a full disk, say), and the
+    error then names `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        yield tmp
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically: a synced temporary file, then a rename."""
+    with _temporary(path) as tmp:
+        with tmp.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
 
 
 def write_json(path: Path, payload: Any) -> None:
@@ -120,11 +139,10 @@ def write_json(path: Path, payload: Any) -> None:
 
 def write_transcript(path: Path, payload: dict[str, Any]) -> None:
     """Write one gzip-compressed JSON transcript atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as handle:
-        json.dump(payload, handle, ensure_ascii=False)
-    os.replace(tmp, path)
+    with _temporary(path) as tmp:
+        with gzip.open(tmp, "wt", encoding="utf-8") as handle:
+            json.dump(payload, handle, ensure_ascii=False)
+        os.replace(tmp, path)
 
 
 def read_transcript(path: Path) -> dict[str, Any]:
@@ -150,19 +168,25 @@ def now_iso() -> str:
 
 
 def update_manifest(path: Path, *, config: dict, source: dict, command: list[str],
-                    containment: dict | None = None) -> dict:
+                    containment: dict | None = None, settings: dict | None = None,
+                    session: dict | None = None) -> dict:
     """Write the manifest; a resumed run keeps the first session's fields and adds a session
-    (with `containment`: how that session's programs were confined)."""
-    session = {"started_at": now_iso(), "command": command, "versions": versions()}
+    (with `containment`: how that session's programs were confined, and the `session` facts).
+    `settings` (lcb.runs.identity) are written when the manifest is made, never later: they
+    describe the run the first records came from."""
+    facts = {"started_at": now_iso(), "command": command, "versions": versions()}
     if containment is not None:
-        session["containment"] = containment
+        facts["containment"] = containment
+    facts |= session or {}
     manifest: dict[str, Any] = {}
     if path.exists():
         manifest = json.loads(path.read_text(encoding="utf-8"))
+    elif settings is not None:
+        manifest["settings"] = settings
     manifest.setdefault("config", config)
     manifest.setdefault("data_source", source)
-    manifest.setdefault("started_at", session["started_at"])
-    manifest.setdefault("sessions", []).append(session)
+    manifest.setdefault("started_at", facts["started_at"])
+    manifest.setdefault("sessions", []).append(facts)
     write_json(path, manifest)
     return manifest
 
@@ -174,26 +198,23 @@ def check_output(paths: RunPaths, *, resume: bool, expect: dict[str, str],
     Without `resume` a non-empty file raises `OutputError` (never overwrite a run silently).
     With `resume`, a last line cut short by a kill is removed, a record whose `expect` keys
     (topology, model) differ raises `OutputError` (one file holds one configuration's run), and
-    records of an id seen before are moved to `<name>.duplicates.jsonl` (the first record of
-    each id stays), said on `report`. Call it with the output locked (see lcb.runs.lock).
+    records of an (id, sample) seen before are moved to `<name>.duplicates.jsonl` (the first
+    record of each stays), said on `report`. Call it with the output locked (see lcb.runs.lock).
     """
     path = paths.predictions
     if not resume:
-        if path.exists() and path.stat().st_size > 0:
-            raise OutputError(
-                f"{path} already holds records of an earlier run. Pass --resume to continue "
-                "it (finished problems are skipped), or choose another --out / --out-dir.")
+        refuse_overwrite(paths)
         return []
-    records = read_records(path, repair=True)
-    for record in records:
+    for record in read_records(path):  # checked before the repair: a refusal changes nothing
         for key, wanted in expect.items():
             if record.get(key) not in (None, wanted):
                 raise OutputError(
                     f"{path} holds records of {key} {record.get(key)!r}, but this run uses "
                     f"{wanted!r}; resume with the same {key} or choose another output.")
-    first: dict[str, dict] = {}
+    records = read_records(path, repair=True)
+    first: dict[tuple[str, int], dict] = {}
     for record in records:
-        first.setdefault(record["id"], record)
+        first.setdefault(record_key(record), record)
     if len(first) < len(records):
         target, moved = set_aside_duplicates(paths)
         if report is not None:
@@ -202,29 +223,52 @@ def check_output(paths: RunPaths, *, resume: bool, expect: dict[str, str],
     return list(first.values())
 
 
-def set_aside(paths: RunPaths, ids: set[str]) -> Path:
-    """Move the records of `ids` from the predictions file to `<name>.errors.jsonl`."""
-    return _move_records(paths, SET_ASIDE_SUFFIX, lambda record_id: record_id in ids)[0]
+def refuse_overwrite(paths: RunPaths) -> None:
+    """Raise `OutputError` when the predictions file already holds records."""
+    path = paths.predictions
+    if path.exists() and path.stat().st_size > 0:
+        raise OutputError(
+            f"{path} already holds records of an earlier run. Pass --resume to continue "
+            "it (finished problems are skipped), or choose another --out / --out-dir.")
+
+
+def output_failure(exc: OSError, paths: RunPaths) -> str:
+    """One line for an `OSError` met while writing the run's files: the file (or the output
+    location), the system's reason, and what is kept."""
+    where = exc.filename or paths.out_dir or paths.predictions
+    line = f"cannot write {where}: {exc.strerror or exc}"
+    if paths.predictions.exists() and paths.predictions.stat().st_size > 0:
+        line += (f". Every record written before is kept in {paths.predictions}; once the "
+                 "output is usable again, rerun with --resume to continue")
+    return line
+
+
+def set_aside(paths: RunPaths, keys: set[tuple[str, int]]) -> Path:
+    """Move the records of `keys` ((id, sample), see `record_key`) from the predictions file to
+    `<name>.errors.jsonl`."""
+    return _move_records(paths, SET_ASIDE_SUFFIX, lambda key: key in keys)[0]
 
 
 def set_aside_duplicates(paths: RunPaths) -> tuple[Path, int]:
-    """Move every record of an id already recorded above it to `<name>.duplicates.jsonl`.
+    """Move every record of an (id, sample) already recorded above it to
+    `<name>.duplicates.jsonl`.
 
     Returns that file and how many records moved there."""
-    seen: set[str] = set()
+    seen: set[tuple[str, int]] = set()
 
-    def repeated(record_id: str) -> bool:
-        if record_id in seen:
+    def repeated(key: tuple[str, int]) -> bool:
+        if key in seen:
             return True
-        seen.add(record_id)
+        seen.add(key)
         return False
 
     return _move_records(paths, DUPLICATES_SUFFIX, repeated)
 
 
-def _move_records(paths: RunPaths, suffix: str, moves: Callable[[str], bool]
+def _move_records(paths: RunPaths, suffix: str, moves: Callable[[tuple[str, int]], bool]
                   ) -> tuple[Path, int]:
-    """Move the records for whose id `moves` is true (asked in file order) to `<name><suffix>`.
+    """Move the records for whose (id, sample) `moves` is true (asked in file order) to
+    `<name><suffix>`.
 
     The moved records are appended to that file first; the predictions file is then rewritten
     without them through a temporary file and a rename, so a kill at any point loses no record
@@ -235,7 +279,7 @@ def _move_records(paths: RunPaths, suffix: str, moves: Callable[[str], bool]
     keep: list[str] = []
     moving: list[str] = []
     for line in source.read_text(encoding="utf-8").splitlines(keepends=True):
-        (moving if line.strip() and moves(json.loads(line)["id"]) else keep).append(line)
+        (moving if line.strip() and moves(record_key(json.loads(line))) else keep).append(line)
     with target.open("a", encoding="utf-8") as handle:
         handle.writelines(moving)
         handle.flush()

@@ -13,10 +13,17 @@ Contract:
   JSON, not an object, no id, an id outside the selected problems, no code, a grading-machinery
   failure) gives an error line: the same keys with `error` naming the line number and the
   problem, and `em` 0.
-- pass@1 (`summarize_scores`): per problem, the fraction of its predictions that pass every
-  test; averaged over problems. "overall" counts every problem that has a prediction (a line
-  without code scores 0); "with code" only predictions that carry a program. Lines whose id is
-  unknown, or that are not valid predictions at all, are counted as `n_invalid` and excluded.
+- The summary (`summarize_scores`) is the summary schema of `lcb.runs.records` (the keys and
+  meanings of `lcb run`'s summary) over the valid lines: the lines of a selected problem, so a
+  line without code or whose grading failed counts, with em 0 (`n_errors` counts them). The
+  lines of one id are its samples: pass@1 is per problem the share of its lines that pass every
+  test, averaged over problems, and pass@k uses the same estimator as `lcb run`. Lines that are
+  not predictions at all or name an unselected id are `n_invalid` and left out. Selected
+  problems without any valid line are `n_missing` (their ids: `missing_ids`): left out of the
+  summary, or with `missing_as_fail` counted as one failed program each (they get no result
+  line). The summary adds `n_lines`, `n_invalid`, `n_selected`, `n_missing`, `missing_ids` and
+  `missing_as_fail`. `notes` says on the console which lines were not graded and why, and which
+  selected problems have no prediction.
 """
 
 from __future__ import annotations
@@ -24,30 +31,34 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lcb.data.datasets import DIFFICULTIES
 from lcb.data.problems import Problem
 from lcb.grading import GradingError, GradingPool, check_sandbox
 from lcb.grading.official import require_official
 from lcb.grading.pool import GRADERS
 from lcb.grading.preflight import preflight
-from lcb.runs.records import by_group, pass_at_1
+from lcb.runs.records import summarize
 
 CODE_KEYS = ("code", "predicted_code")
+NAMED_LINES = 20  # error lines named one by one on the console; the rest are counted
+NAMED_MISSING = 5  # ids named of the selected problems without a prediction
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """How to grade: grader (default|official), every test or fail-fast, parallel jobs, tier."""
+    """How to grade: grader (default|official), every test or fail-fast, parallel jobs, tier;
+    `missing_as_fail` counts selected problems without a prediction as failures."""
 
     grader: str = "default"
     all_tests: bool = False
     jobs: int | None = None
     sandbox: str = "process"
+    missing_as_fail: bool = False
 
 
 def check_grading(*, grader: str, sandbox: str) -> None:
@@ -180,32 +191,55 @@ async def _score_one(pool: GradingPool, prediction: Prediction,
     return graded_line(prediction, problem, grade.to_record())
 
 
-def summarize_scores(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """pass@1 overall, on lines with code, per difficulty and per platform (see module doc).
+def summarize_scores(lines: Iterable[Mapping[str, Any]], *,
+                     selected: Mapping[str, Problem] | None = None,
+                     missing_as_fail: bool = False) -> dict[str, Any]:
+    """The summary of result lines (module docstring); `selected` are the problems asked for
+    (None: only those the lines name, so none is missing).
 
     >>> summarize_scores([{"id": "a", "em": 1, "difficulty": "easy", "platform": "x"},
-    ...                   {"id": "a", "em": 0, "difficulty": "easy", "platform": "x"}])["pass@1"]
+    ...                   {"id": "a", "em": 0, "difficulty": "easy", "platform": "x"}])["em"]
     0.5
     """
     rows = list(lines)
     valid = [r for r in rows if r.get("difficulty") is not None]
-    with_code = [r for r in valid if r.get("has_code", True)]
+    predicted = {str(r["id"]) for r in valid}
+    missing = [pid for pid in (selected or {}) if pid not in predicted]
+    # A missing problem fails as many samples as the others have, so pass@k keeps its ks.
+    counts = Counter(str(r["id"]) for r in valid)
+    samples = min(counts.values(), default=1)
+    failed = [_missing_row(selected[pid], sample) for pid in missing
+              for sample in range(samples)] if missing_as_fail else []
     return {
-        "n_lines": len(rows),
-        "n_invalid": len(rows) - len(valid),
-        "n_errors": sum(1 for r in rows if r.get("error")),
-        **_block(valid),
-        "with_code": _block(with_code),
-        "by_difficulty": _grouped(valid, "difficulty", DIFFICULTIES),
-        "by_platform": _grouped(valid, "platform", ()),
+        **summarize(valid + failed, unique=False),
+        "n_lines": len(rows), "n_invalid": len(rows) - len(valid),
+        "n_selected": len(selected) if selected is not None else len(predicted),
+        "n_missing": len(missing), "missing_ids": missing, "missing_as_fail": missing_as_fail,
     }
 
 
-def _block(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"n_predictions": len(rows), "n_problems": len({str(r["id"]) for r in rows}),
-            "solved": sum(int(r["em"]) for r in rows),
-            "pass@1": pass_at_1((r["id"], r["em"]) for r in rows)}
+def _missing_row(problem: Problem, sample: int = 0) -> dict[str, Any]:
+    """One failed sample of a selected problem without a prediction."""
+    return {"id": problem.id, "sample": sample, "em": 0, "has_code": False,
+            "difficulty": problem.difficulty, "platform": problem.platform, "missing": True}
 
 
-def _grouped(rows: list[Mapping[str, Any]], key: str, order: tuple[str, ...]) -> dict:
-    return {name: _block(group) for name, group in by_group(rows, key, order).items()}
+def notes(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[str]:
+    """What the console should say besides the table: each line that was not graded (its
+    number and reason, the first `NAMED_LINES` of them) and the selected problems without a
+    prediction (the first `NAMED_MISSING` ids and how many)."""
+    said = [str(line["error"]) for line in lines if line.get("error")]
+    out = [f"{len(said)} line(s) not graded:"] if said else []
+    out += [f"  {message}" for message in said[:NAMED_LINES]]
+    if len(said) > NAMED_LINES:
+        out.append(f"  ... and {len(said) - NAMED_LINES} more (their 'error' field in the "
+                   "results says why)")
+    missing = list(summary.get("missing_ids") or ())
+    if missing:
+        named = ", ".join(missing[:NAMED_MISSING])
+        more = f" and {len(missing) - NAMED_MISSING} more" if len(missing) > NAMED_MISSING else ""
+        counted = ("counted as failures (--missing-as-fail)" if summary.get("missing_as_fail")
+                   else "left out of pass@1 (--missing-as-fail counts them as failures)")
+        out.append(f"{len(missing)} of {summary['n_selected']} selected problem(s) have no "
+                   f"prediction: {named}{more}; {counted}.")
+    return out

@@ -30,7 +30,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from lcb.agents.llm import ModelCallError
+from lcb.agents.llm import TRUNCATED, ModelCallError
 from lcb.runs.extract import extract_code
 from lcb.teams.common import AgentSpec, TeamContext
 
@@ -194,8 +194,10 @@ _TYPES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"
 
 def message_record(message: BaseMessage, *, source: str, role: str) -> dict[str, Any]:
     """A JSON-able transcript entry: `source` (the agent id), `role` (its prompt slot), `type`
-    (system|user|assistant|tool), `content`; assistant entries add `tool_calls`, `usage` and
-    `call` (attempts, latency, seed); tool entries add `tool_call_id`, `name`, `status`."""
+    (system|user|assistant|tool), `content`; assistant entries add `tool_calls`, `usage`, `call`
+    (attempts, latency, seed, reasoning tokens, ...), `finish_reason` (the server's, None when
+    unknown) and `truncated` (the answer was cut at max_tokens: finish_reason "length"); tool
+    entries add `tool_call_id`, `name`, `status`."""
     record: dict[str, Any] = {
         "source": source,
         "role": role,
@@ -210,6 +212,9 @@ def message_record(message: BaseMessage, *, source: str, role: str) -> dict[str,
         ]
         record["usage"] = dict(message.usage_metadata or {})
         record["call"] = message.response_metadata.get("lcb", {})
+        finish = message.response_metadata.get("finish_reason")
+        record["finish_reason"] = finish if isinstance(finish, str) else None
+        record["truncated"] = finish == TRUNCATED
     if isinstance(message, ToolMessage):
         record.update(tool_call_id=message.tool_call_id, name=message.name, status=message.status)
     return record

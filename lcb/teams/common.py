@@ -14,6 +14,10 @@ Contract:
   as malformed or too long (HTTP 400/413/422, `ModelCallError.bad_request`), it sets
   `error_kind="bad_request"` and `server_message` (the first refusal's words): the request, not
   the infrastructure, was at fault. Any other failure leaves `error_kind` None.
+- `TeamContext.result(...)` also says why the submitted answer ended, in `fields`:
+  `finish_reason` and `truncated` of the assistant message the submitted program came from
+  (else the one whose text is the final answer, else the latest one; None / False when no call
+  answered), and `n_truncated_calls`, how many of the run's calls were cut at max_tokens.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
+from lcb.agents.cache import ResponseCache
 from lcb.agents.llm import ModelCallError, ModelGateway, request_seed
 from lcb.agents.models import ModelConfig
 from lcb.agents.prompts import load_role_prompt, with_contract
 from lcb.agents.tools import make_python_exec
 from lcb.agents.usage import CallTag, UsageLedger
 from lcb.data.problems import Problem
+from lcb.runs.extract import extract_code
 
 DEFAULT_MAX_TURNS = 8
 ErrorKind = Literal["bad_request"]
@@ -81,12 +87,33 @@ class AgentSpec:
             raise ValueError(f"AgentSpec {self.agent!r}: max_turns must be >= 1")
 
 
+def submitted_entry(transcript: Sequence[dict], code: str | None,
+                    final_text: str) -> dict | None:
+    """The latest assistant entry holding the submitted program, else the latest whose text is
+    the final answer, else the latest assistant entry (None when there is none)."""
+    answers = [e for e in reversed(transcript) if e.get("type") == "assistant"]
+    by_code = (e for e in answers if code is not None and extract_code(e["content"]) == code)
+    by_text = (e for e in answers if final_text and e["content"] == final_text)
+    return next(by_code, None) or next(by_text, None) or next(iter(answers), None)
+
+
+def ending_fields(transcript: Sequence[dict], code: str | None, final_text: str,
+                  ledger: UsageLedger) -> dict[str, Any]:
+    """`finish_reason`, `truncated`, `n_truncated_calls` (see the module docstring)."""
+    entry = submitted_entry(transcript, code, final_text) or {}
+    return {"finish_reason": entry.get("finish_reason"),
+            "truncated": bool(entry.get("truncated")),
+            "n_truncated_calls": sum(1 for call in ledger.calls if call.truncated)}
+
+
 class TeamRuntime:
     """Shared by every problem of a batch, within one event loop (`aclose()` it there).
 
     `python_exec` and `chat_model` replace the defaults (tests); `exec_workers` caps concurrent
     code runs (never above the CPU count); `sandbox` is the tier `python_exec` runs in (the
-    run's `--sandbox`, as for grading)."""
+    run's `--sandbox`, as for grading). `cache` (a `lcb.agents.cache.ResponseCache`, closed by
+    `aclose`) answers stored calls; `purpose` names this runtime's calls in its keys (batch,
+    optimize, validate, test)."""
 
     def __init__(
         self,
@@ -96,10 +123,12 @@ class TeamRuntime:
         python_exec: BaseTool | None = None,
         chat_model: BaseChatModel | None = None,
         sandbox: str = "process",
+        cache: ResponseCache | None = None,
+        purpose: str = "batch",
     ):
         cores = os.cpu_count() or 1
-        self.config = config
-        self.gateway = ModelGateway(config, chat_model=chat_model)
+        self.config, self.cache = config, cache
+        self.gateway = ModelGateway(config, chat_model=chat_model, cache=cache, purpose=purpose)
         self._own_tool = python_exec is None
         workers = min(exec_workers or cores, cores)
         self.python_exec = python_exec or make_python_exec(workers=workers, sandbox=sandbox)
@@ -117,6 +146,8 @@ class TeamRuntime:
     async def aclose(self) -> None:
         """Close the HTTP client and stop the code-run pool (when the runtime made it)."""
         await self.gateway.aclose()
+        if self.cache is not None:
+            self.cache.close()
         if self._own_tool:
             self.python_exec.metadata["close"]()
 
@@ -129,6 +160,7 @@ class TeamContext:
     team: str
     runtime: TeamRuntime
     seed: int = 0
+    sample: int = 0  # the sample index (part of the response-cache key)
     ledger: UsageLedger = field(init=False)
     call_errors: list[ModelCallError] = field(init=False)
 
@@ -151,7 +183,7 @@ class TeamContext:
         try:
             return await self.runtime.gateway.call(
                 messages, tag=tag, ledger=self.ledger, tools=spec.tools,
-                seed=self.request_seed(spec.agent, turn),
+                seed=self.request_seed(spec.agent, turn), sample=self.sample,
             )
         except ModelCallError as err:
             self.call_errors.append(err)  # the agent loop keeps only the text; the kind is here
@@ -185,7 +217,8 @@ class TeamContext:
             n_llm_calls=total.n_llm_calls,
             n_tool_calls=total.n_tool_calls,
             usage_by_role=self.ledger.by_role(),
-            fields=dict(fields or {}),
+            fields={**(fields or {}),
+                    **ending_fields(transcript, code, final_text, self.ledger)},
             error=error,
             error_kind="bad_request" if refused else None,
             server_message=self.call_errors[0].server_message if refused else None,

@@ -1,0 +1,80 @@
+"""The summary as the console shows it: one table for `lcb run`, `lcb score` and the demo.
+
+`summary_table` renders the summary schema (`lcb.runs.records`): per set (all programs, those
+with extracted code, each difficulty, each platform) the programs, solved, pass@1 and the share
+of truncated answers next to it, plus a problems column when there are several samples per
+problem. `estimate_line` says pass@k, the bootstrap interval and the truncation rate in words;
+`totals_line` the errors, tokens, calls and wall time. `print_summary` prints all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def summary_table(summary: Mapping[str, Any], *, title: str = "pass@1") -> Table:
+    """The per-set table of a summary (see the module docstring)."""
+    several = summary["n"] != summary["n_problems"]
+    columns = ["set", *(["problems"] if several else []), "n", "solved", "pass@1", "truncated"]
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column == "set" else "right")
+
+    def row(name: str, group: Mapping[str, Any]) -> None:
+        problems = [str(group.get("n_problems", ""))] if several else []
+        truncated = _share(group["n_truncated"], group["n"]) if "n_truncated" in group else ""
+        table.add_row(name, *problems, str(group["n"]), str(group["solved"]),
+                      f"{group['em']:.3f}", truncated)
+
+    row("all", summary)
+    row("with extracted code", {"n": summary["n_extracted"], "solved": summary["extracted_solved"],
+                                "em": summary["extracted_em"]})
+    for key, prefix in (("by_difficulty", "difficulty"), ("by_platform", "platform")):
+        for name, group in summary[key].items():
+            row(f"{prefix}: {name}", group)
+    return table
+
+
+def estimate_line(summary: Mapping[str, Any]) -> str:
+    """pass@k for each k, pass@1's bootstrap interval and the truncation rate, in one line."""
+    words = [f"pass@{k} {value:.3f}" for k, value in summary["pass_at_k"].items()]
+    ci = summary["ci"]
+    if ci["low"] is not None:
+        words.insert(1, f"({ci['level']:.0%} CI {ci['low']:.3f}-{ci['high']:.3f}, bootstrap "
+                        f"over {summary['n_problems']} problem(s), {ci['resamples']} resamples)")
+    words.append(f"samples per problem {summary['samples_per_problem']}")
+    words.append(f"truncated {_share(summary['n_truncated'], summary['n'])} "
+                 f"({summary['n_truncated']} of {summary['n']})")
+    return "  ".join(words)
+
+
+def totals_line(summary: Mapping[str, Any]) -> str:
+    """Errors, tokens, calls and wall time (all sessions too, after a resume)."""
+    totals = [f"errors {summary.get('n_errors', 0)}",
+              f"prompt tokens {summary.get('prompt_tokens', 0):,}",
+              f"completion tokens {summary.get('completion_tokens', 0):,}",
+              f"LLM calls {summary.get('n_llm_calls', 0):,}",
+              f"tool calls {summary.get('n_tool_calls', 0):,}"]
+    if "wall_s" in summary:
+        totals.append(f"wall time {summary['wall_s']:.1f}s")
+    if summary.get("wall_s_total", 0) > summary.get("wall_s", 0):
+        totals.append(f"(all sessions {summary['wall_s_total']:.1f}s)")
+    return "  ".join(totals)
+
+
+def print_summary(summary: Mapping[str, Any], *, console: Console | None = None,
+                  title: str = "pass@1", totals: bool = True) -> None:
+    """Print the table, the estimates line and (with `totals`) the totals line."""
+    console = console or Console()
+    console.print(summary_table(summary, title=title))
+    console.print(estimate_line(summary), markup=False, highlight=False)
+    if totals:
+        console.print(totals_line(summary), markup=False, highlight=False)
