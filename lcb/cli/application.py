@@ -54,26 +54,23 @@ def _plain_help_option(option: Any) -> Any:
     return option
 
 
-class LcbCommand(TyperCommand):
+class _LcbHelp:
+    """`-h` beside `--help` and real metavars, for a command and the group alike."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **_with_help_options(kwargs))  # type: ignore[call-arg]
+        _give_metavars(self.params)  # type: ignore[attr-defined]
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))  # type: ignore[misc]
+
+
+class LcbCommand(_LcbHelp, TyperCommand):
     """A typer command with `-h` and real metavars (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **_with_help_options(kwargs))
-        _give_metavars(self.params)
 
-    def get_help_option(self, ctx: Any) -> Any:
-        return _plain_help_option(super().get_help_option(ctx))
-
-
-class LcbGroup(TyperGroup):
+class LcbGroup(_LcbHelp, TyperGroup):
     """The `lcb` command group, with the same help as its commands."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **_with_help_options(kwargs))
-        _give_metavars(self.params)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        return _plain_help_option(super().get_help_option(ctx))
 
 
 class LcbTyper(typer.Typer):
