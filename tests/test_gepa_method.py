@@ -115,6 +115,22 @@ def test_a_truncated_proposal_is_never_adopted() -> None:
     assert {p["rejected_by"] for p in ctx.proposals} == {"validator"}
 
 
+@pytest.mark.parametrize(("reply_text", "reason"), [
+    ("(the complete new prompt)", "echoes the answer template's placeholder"),
+    ("Go.", "under 30% of the current prompt's"),
+    (f"Write code. {KEYWORD} " + "again " * 600, "over the cap of 4 x the seed prompt's"),
+])
+def test_a_template_echo_or_an_odd_length_is_never_tried(reply_text: str, reason: str) -> None:
+    def echo(_prompt: str, _purpose: str) -> str:
+        return f"{BEGIN_MARK}\n{reply_text}\n{END_MARK}"
+
+    ctx = fake_context(budget=40, script=echo)
+    assert run(ctx) == SEED
+    assert all(call["bundle"] == SEED for call in ctx.calls)
+    assert ctx.proposals and all(p["rejected_by"] == "validator" and reason in p["reason"]
+                                 for p in ctx.proposals)
+
+
 @pytest.mark.parametrize("bad_text", [
     f"{KEYWORD}\n```python\nprint(1)\n",  # an unclosed fence
     f"{KEYWORD} <new instruction>",  # an unfilled slot

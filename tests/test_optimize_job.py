@@ -234,6 +234,11 @@ def test_the_entry_point_prints_one_json_line(scripted, tmp_path):
     star = _entry(server.base_url, "--method", "identity", "--topology", "star", "--out",
                   str(tmp_path / "y"), "--data", "sample")
     assert star.returncode == 2 and "unknown topology 'star'" in star.stderr
+    solo = _entry(server.base_url, "--method", "tavo", "--topology", "single", "--out",
+                  str(tmp_path / "z"), "--data", "sample")
+    assert solo.returncode == 2, solo.stderr
+    assert "topology 'single' gets identity, gepa, mipro" in solo.stderr
+    assert not (tmp_path / "z" / "job.json").exists()  # refused before any work
 
 
 def test_a_missing_endpoint_stops_the_job_before_any_work(tmp_path):

@@ -19,6 +19,8 @@ COMMAND_MODULES = {
     "score": "score_cmd",
     "splits": "splits_cmd",
     "optimize": "optimize_cmd",
+    "grid": "grid_cmd",
+    "report": "report_cmd", "compare": "report_cmd",
 }
 
 

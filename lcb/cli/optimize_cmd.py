@@ -50,7 +50,8 @@ from lcb.grading.launch import SANDBOXES
 _JOB, _PROTOCOL = "Job", "Protocol"
 # The registered methods (`lcb.optimize.methods.OPTIMIZERS`) and the job's phases
 # (`lcb.optimize.job.JobPhase`), spelled out to keep the help fast; a test keeps them equal.
-METHODS = ("identity", "gepa", "mipro")
+METHODS = ("identity", "gepa", "mipro", "mamut_gepa", "tavo", "maspo", "hivemind", "mapro",
+           "maspob")
 PHASES = ("optimize", "validate", "test", "all")
 
 
@@ -90,8 +91,9 @@ def _interrupted(sig: signal.Signals, out: Path) -> typer.Exit:
 @with_generation_options
 def optimize(
     *,
-    method: Annotated[str, _opt("--method", metavar=choices_metavar(METHODS),
-                                help="Optimizer method.")],
+    method: Annotated[str, _opt("--method", metavar="METHOD",
+                                help=f"Optimizer method: {', '.join(METHODS)} "
+                                     "(docs/optimizers/README.md compares them).")],
     topology: Annotated[str, _opt("--topology", "-t", metavar=choices_metavar(TOPOLOGIES),
                                   help="The team whose prompts to optimize.")],
     out: Annotated[Path, _opt("--out", file_okay=False, help="The job directory.")],

@@ -23,6 +23,8 @@ Contract of `aggregate(root, split_mixed=False)`:
   per-seed McNemar p-value of a (dataset × model) family, across methods and cells
   (`p_holm`).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
+- `group_rows(jobs)` is the summary's `groups` for jobs gathered from anywhere (`find_jobs`
+  over several folders, as `lcb report` does).
 """
 
 from __future__ import annotations
@@ -214,14 +216,24 @@ def _apply_holm(groups: list[dict[str, Any]]) -> None:
             row["p_holm"] = adjusted
 
 
+def group_rows(jobs: Iterable[Job], *, resamples: int = stats.BOOTSTRAP_RESAMPLES,
+               rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL,
+               split_mixed: bool = False) -> list[dict[str, Any]]:
+    """One row per group of `jobs` (cell and settings), Holm-corrected within each
+    (dataset × model) family: the summary's `groups`, for jobs gathered from anywhere."""
+    groups = [_group_row(group, resamples=resamples, rng_seed=rng_seed, level=level)
+              for group in _groups(jobs, split_mixed=split_mixed)]
+    _apply_holm(groups)
+    return groups
+
+
 def aggregate(root: Path, *, resamples: int = stats.BOOTSTRAP_RESAMPLES,
               rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL,
               split_mixed: bool = False) -> dict[str, Any]:
     """The JSON-able summary of every job under `root` (see the module contract)."""
     jobs, incomplete = find_jobs(root)
-    groups = [_group_row(group, resamples=resamples, rng_seed=rng_seed, level=level)
-              for group in _groups(jobs, split_mixed=split_mixed)]
-    _apply_holm(groups)
+    groups = group_rows(jobs, resamples=resamples, rng_seed=rng_seed, level=level,
+                        split_mixed=split_mixed)
     return {"root": str(root), "n_jobs": len(jobs), "groups": groups, "incomplete": incomplete,
             "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": rng_seed,
                          "ci_level": level, "holm_family": ["dataset", "model"],

@@ -53,7 +53,7 @@ from lcb.optimize.artifacts import Artifact, ArtifactError, JobSpec, read_histor
 from lcb.optimize.calls import reflection_config
 from lcb.optimize.jobdir import open_job_dir, pin_seed_bundle, read_pinned_seed
 from lcb.optimize.method import Optimizer
-from lcb.optimize.methods import get_optimizer, resolve_settings
+from lcb.optimize.methods import check_topology, get_optimizer, resolve_settings
 from lcb.optimize.splits import (
     DEFAULT_SPLITS_PATH,
     SplitError,
@@ -217,6 +217,7 @@ async def run_job(config: JobConfig) -> dict[str, Any]:
     """Run the phases `config.phase` asks for; return the job summary (module docstring)."""
     check_cache(config.cache, replay=config.replay)
     settings = resolve_settings(config.method, config.method_settings)
+    check_topology(config.method, config.topology)
     optimizer = get_optimizer(config.method, **settings)
     cell = TeamCell(config.topology, config.team_size, config.communication)
     seed = job_seed_bundle(config.out, cell)

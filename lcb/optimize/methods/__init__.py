@@ -8,6 +8,8 @@ exposes `SETTINGS = <its settings dataclass>` (`lcb.optimize.settings`).
   nested dataclasses from nested dicts) and hands the factory its typed top-level fields.
 Both raise `UnknownMethod` (a ValueError) naming the known keys for an unknown key, and
 `SettingsError` (a ValueError) naming a bad setting.
+- `check_topology(key, topology)` refuses the `TEAM_METHODS` on `single`, naming the
+  `SINGLE_AGENT_METHODS`.
 """
 
 from __future__ import annotations
@@ -17,18 +19,48 @@ from collections.abc import Mapping
 from typing import Any
 
 from lcb.optimize.method import Optimizer, OptimizerFactory
-from lcb.optimize.methods import gepa_method, identity, mipro_method
+from lcb.optimize.methods import (
+    gepa_method,
+    hivemind,
+    identity,
+    mamut_gepa,
+    mapro,
+    maspo,
+    maspob,
+    mipro_method,
+    tavo,
+)
 from lcb.optimize.settings import build, resolve, settings_class
 
-OPTIMIZERS: dict[str, OptimizerFactory] = {
+OPTIMIZERS: dict[str, OptimizerFactory] = {  # the specification's grid order
     identity.KEY: identity.make,
     gepa_method.KEY: gepa_method.make,
     mipro_method.KEY: mipro_method.make,
+    mamut_gepa.KEY: mamut_gepa.make,
+    tavo.KEY: tavo.make,
+    maspo.KEY: maspo.make,
+    hivemind.KEY: hivemind.make,
+    mapro.KEY: mapro.make,
+    maspob.KEY: maspob.make,
 }
+
+
+# The methods the single-agent team gets (the specification's grid), and those that credit or
+# search over several agents' prompts and refuse it.
+SINGLE_AGENT_METHODS = (identity.KEY, gepa_method.KEY, mipro_method.KEY)
+TEAM_METHODS = (mamut_gepa.KEY, tavo.KEY, maspo.KEY, hivemind.KEY, mapro.KEY, maspob.KEY)
 
 
 class UnknownMethod(ValueError):
     """A method key that is not in `OPTIMIZERS`."""
+
+
+def check_topology(key: str, topology: str) -> None:
+    """Refuse a multi-agent method on the single-agent team, naming the methods it gets."""
+    _factory(key)
+    if topology == "single" and key in TEAM_METHODS:
+        raise ValueError(f"method {key!r} optimizes multi-agent teams; topology 'single' gets "
+                         f"{', '.join(SINGLE_AGENT_METHODS)}")
 
 
 def _factory(key: str) -> OptimizerFactory:

@@ -13,12 +13,19 @@ reaches the job's event loop through a `LoopBridge`):
   `spent`, never more than the ledger has) is the same at every step of a retrace as it was
   the first time, and gepa takes the same decisions. Before a batch, the rollouts it does not
   already hold must fit in `remaining`, else `BudgetSpent`: no evaluation is cut in half.
-- `make_reflective_dataset` gives each requested role records of that role's slice of the
-  transcript (`reflection.role_slice`) with the grader's verdict and feedback, failures
-  first, at most `records_per_reflection` of them.
-- `propose_new_texts` asks `ctx.reflect` with our prompt (`reflection.proposal_prompt`) and
-  keeps a proposal only when its markers are complete and `ctx.validate` accepts the bundle
-  with it. Any other proposal (truncated, invalid, or the current text again) is recorded
+- What the reflection model sees is the adapter's `Reflector`: the method's key (the purpose
+  `<key>:reflect:<role>`), how many records one reflection gets, the record of one trace for
+  one role, the reflection prompt and its temperature. gepa's (`SliceReflector`): each record
+  is that role's slice of the transcript (`reflection.role_slice`) with the grader's verdict
+  and feedback, and the prompt is `reflection.proposal_prompt` (the reflection model's own
+  sampling); `mamut_gepa` gives whole-team transcripts (`mamut_gepa.TeamReflector`).
+- `make_reflective_dataset` gives each requested role the reflector's records of the batch's
+  traces, failures first, at most `records_per_reflection` of them.
+- `propose_new_texts` asks `ctx.reflect` with the reflector's prompt and keeps a proposal
+  only when its markers are complete (`reflection.parse_proposal`), `ctx.validate`
+  accepts the bundle with it and the reflector's own `check` has no objection (both methods
+  use `reflection.proposal_problem`: template echoes and too short or too long texts). Any other
+  proposal (truncated, invalid, the current text again, or refused by `check`) is recorded
   with `ctx.record_proposal(..., rejected_by="validator", reason=...)` and never adopted.
   Any exception while proposing (a `ReflectionError` above all) is kept in `fatal` and raised
   again on a later proposal (gepa would retry a failed reflection and go on); the method's
@@ -30,8 +37,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gepa.core.adapter import EvaluationBatch
 
@@ -45,6 +52,7 @@ from lcb.optimize.methods.reflection import (
     ReflectionSettings,
     clip,
     parse_proposal,
+    proposal_problem,
     proposal_prompt,
     render_slice,
     role_slice,
@@ -65,14 +73,70 @@ class Trace:
     rollout: Rollout | None
 
 
+class Reflector(Protocol):
+    """What the reflection model is shown, and how it is asked (see the module docstring)."""
+
+    key: str
+    temperature: float | None
+    records_per_reflection: int
+
+    def record(self, trace: Trace, role: str) -> dict[str, str]:
+        """One record (heading -> text) of a rolled-out trace, for the role under revision."""
+        ...
+
+    def prompt(self, *, topology: str, role: str, current: str,
+               records: Sequence[Mapping[str, str]], placeholders: Sequence[str]) -> str:
+        """The reflection prompt for `role` (its `current` text, the records)."""
+        ...
+
+    def check(self, text: str, *, current: str, seed: str) -> str | None:
+        """Why a parsed, validated proposal for a role is dropped (None: it may be tried);
+        `current` is the role's text in the parent, `seed` its seed text."""
+        ...
+
+
+@dataclass(frozen=True)
+class SliceReflector:
+    """gepa's reflector: the role's slice of each transcript, our proposal prompt."""
+
+    settings: ReflectionSettings = field(default_factory=ReflectionSettings)
+    key: str = "gepa"
+    temperature: float | None = None  # the reflection model's own sampling
+
+    @property
+    def records_per_reflection(self) -> int:
+        return self.settings.records_per_reflection
+
+    def record(self, trace: Trace, role: str) -> dict[str, str]:
+        rollout = trace.rollout
+        assert rollout is not None
+        passed = rollout.score >= 1.0
+        feedback = rollout.feedback or ("" if passed else "no feedback")
+        slice_ = role_slice(rollout.team.transcript, role, limits=self.settings.limits)
+        return {
+            "Problem": f"{trace.problem.id}: {trace.problem.title}",
+            "Outcome": "solved (every hidden test passed)" if passed else "not solved",
+            "Grader feedback": clip(feedback, self.settings.feedback_chars) or "(none)",
+            f"What the role '{role}' saw and said": render_slice(slice_),
+        }
+
+    def prompt(self, *, topology: str, role: str, current: str,
+               records: Sequence[Mapping[str, str]], placeholders: Sequence[str]) -> str:
+        return proposal_prompt(topology=topology, role=role, current=current,
+                               records=records, placeholders=placeholders)
+
+    def check(self, text: str, *, current: str, seed: str) -> str | None:
+        return proposal_problem(text, current=current, seed=seed)
+
+
 class LcbAdapter:
     """See the module docstring."""
 
     def __init__(self, ctx: OptimizeContext, bridge: LoopBridge, *,
-                 settings: ReflectionSettings | None = None) -> None:
+                 reflector: Reflector | None = None) -> None:
         self.ctx = ctx
         self.bridge = bridge
-        self.settings = settings or ReflectionSettings()
+        self.reflector: Reflector = reflector or SliceReflector()
         self.iteration = 0
         self.paid: set[tuple[str, str, int]] = set()  # (bundle hash, row, iteration) given
         self.rejected: list[str] = []
@@ -120,21 +184,9 @@ class LcbAdapter:
                                 components_to_update: list[str]) -> dict[str, list[dict]]:
         traces = [t for t in (eval_batch.trajectories or []) if t.rollout is not None]
         traces.sort(key=lambda t: t.rollout.score)  # failures first (stable: batch order)
-        traces = traces[: self.settings.records_per_reflection]
-        return {role: [self._record(t, role) for t in traces] for role in components_to_update}
-
-    def _record(self, trace: Trace, role: str) -> dict[str, str]:
-        rollout = trace.rollout
-        assert rollout is not None
-        passed = rollout.score >= 1.0
-        feedback = rollout.feedback or ("" if passed else "no feedback")
-        slice_ = role_slice(rollout.team.transcript, role, limits=self.settings.limits)
-        return {
-            "Problem": f"{trace.problem.id}: {trace.problem.title}",
-            "Outcome": "solved (every hidden test passed)" if passed else "not solved",
-            "Grader feedback": clip(feedback, self.settings.feedback_chars) or "(none)",
-            f"What the role '{role}' saw and said": render_slice(slice_),
-        }
+        traces = traces[: self.reflector.records_per_reflection]
+        return {role: [self.reflector.record(t, role) for t in traces]
+                for role in components_to_update}
 
     def propose_new_texts(self, candidate: dict[str, str],
                           reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -156,10 +208,12 @@ class LcbAdapter:
 
     def _propose_one(self, candidate: Mapping[str, str], role: str,
                      records: list[dict[str, str]]) -> str | None:
-        prompt = proposal_prompt(
+        reflector = self.reflector
+        prompt = reflector.prompt(
             topology=self.ctx.topology, role=role, current=candidate[role], records=records,
             placeholders=sorted(placeholders_in(self.ctx.seed_bundle[role])))
-        reply = self.bridge.run(self.ctx.reflect(prompt, purpose=f"gepa:reflect:{role}"))
+        reply = self.bridge.run(self.ctx.reflect(
+            prompt, purpose=f"{reflector.key}:reflect:{role}", temperature=reflector.temperature))
         self.proposed += 1
         text = parse_proposal(reply)
         if text is None:
@@ -171,11 +225,14 @@ class LcbAdapter:
             return self._reject(candidate, role, text, str(err))
         if checked == candidate[role]:
             return self._reject(candidate, role, checked, "the proposal is the current text")
+        why = reflector.check(checked, current=candidate[role], seed=self.ctx.seed_bundle[role])
+        if why is not None:
+            return self._reject(candidate, role, checked, why)
         return checked
 
     def _reject(self, candidate: Mapping[str, str], role: str, text: str, reason: str) -> None:
         self.rejected.append(f"{role}: {reason}")
-        log.warning("gepa: proposal for role %r rejected: %s", role, reason)
+        log.warning("%s: proposal for role %r rejected: %s", self.reflector.key, role, reason)
         self.bridge.call(self.ctx.record_proposal, {**candidate, role: text},
                          parent=bundle_hash(candidate), roles=[role], accepted=False,
                          rejected_by="validator", reason=reason, iteration=self.iteration)

@@ -13,6 +13,8 @@ Contract:
   the validation set, its subsample rows being replays then). So a child gepa accepts is
   always validated, never dropped for want of budget. An evaluation that does not fit is
   never started (`BudgetSpent` ends the run): the ledger is never overdrawn.
+- `GepaRun` is the run itself, shared with `mamut_gepa` (which sets its own key, metric-call
+  cap and reflector: what the reflection model is shown).
 - gepa runs in a worker thread (`asyncio.to_thread`); rollouts, reflection calls and records
   go back to the job's event loop through a `LoopBridge`.
 - History (`gepa_records.Recorder`): every candidate with a full validation score, and every
@@ -38,6 +40,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,7 +49,7 @@ from lcb.optimize.method import Bundle, OptimizeContext
 from lcb.optimize.methods.reflection import LoopBridge, ReflectionSettings, run_in_thread
 
 if TYPE_CHECKING:  # the `gepa` library is imported when the method runs (optional extra)
-    from lcb.optimize.methods.gepa_adapter import LcbAdapter
+    from lcb.optimize.methods.gepa_adapter import LcbAdapter, Reflector
     from lcb.optimize.methods.gepa_records import Recorder
 
 KEY = "gepa"
@@ -96,11 +99,18 @@ class _BudgetStopper:
 
 
 @dataclass(frozen=True)
-class Gepa:
-    """See the module docstring."""
+class GepaRun:
+    """One `gepa.optimize` run over the whole bundle as a method sets it up: its key (history,
+    checkpoints, purposes), its search knobs, its metric-call cap (`max_metric_calls`, given
+    the train size, the validation size and the budget) and what reflection sees (`reflector`;
+    None: `SliceReflector`). `gepa` and `mamut_gepa` differ only in these."""
 
-    settings: GepaSettings = field(default_factory=GepaSettings)
-    key: str = KEY
+    key: str
+    minibatch: int
+    use_merge: bool
+    max_merge_invocations: int
+    max_metric_calls: Callable[[int, int, int], int]
+    reflector: Reflector | None = None
 
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a gepa run within `ctx`'s budget (a new dict)."""
@@ -109,20 +119,21 @@ class Gepa:
 
         train, val = list(ctx.data.train), list(ctx.data.validation)
         if not train:
-            raise ValueError("gepa needs at least one training problem (the train split is empty)")
+            raise ValueError(f"{self.key} needs at least one training problem (the train "
+                             f"split is empty)")
         bridge = LoopBridge.current()
-        adapter = LcbAdapter(ctx, bridge, settings=self.settings.reflection)
-        recorder = Recorder(adapter, expected=ctx.restore())
+        adapter = LcbAdapter(ctx, bridge, reflector=self.reflector)
+        recorder = Recorder(adapter, expected=ctx.restore(), method=self.key)
         try:
             await run_in_thread(bridge, self._run, ctx, adapter, recorder, train, val)
         except BudgetSpent as stop:
-            log.info("gepa: stopping at the budget: %s", stop)
+            log.info("%s: stopping at the budget: %s", self.key, stop)
         if adapter.fatal is not None:
             raise adapter.fatal
         diverged = recorder.unfinished_retrace()
         if diverged is not None:
             raise diverged
-        log.info("gepa: %d proposal(s), %d rejected by validation", adapter.proposed,
+        log.info("%s: %d proposal(s), %d rejected by validation", self.key, adapter.proposed,
                  len(adapter.rejected))
         return dict(recorder.best.bundle) if recorder.best else thaw(ctx.seed_bundle)
 
@@ -130,7 +141,6 @@ class Gepa:
              train: list, val: list) -> None:
         import gepa
 
-        s = self.settings
         gepa.optimize(
             seed_candidate=thaw(ctx.seed_bundle),
             trainset=train,
@@ -139,15 +149,15 @@ class Gepa:
             candidate_selection_strategy="pareto",
             frontier_type="instance",
             module_selector="round_robin",
-            reflection_minibatch_size=s.minibatch,
+            reflection_minibatch_size=self.minibatch,
             skip_perfect_score=True,
             perfect_score=1.0,
             acceptance_criterion="strict_improvement",
-            use_merge=s.use_merge,
-            max_merge_invocations=s.max_merge_invocations,
-            max_metric_calls=s.max_full_evals * (len(train) + len(val)),
+            use_merge=self.use_merge,
+            max_merge_invocations=self.max_merge_invocations,
+            max_metric_calls=self.max_metric_calls(len(train), len(val), ctx.ledger.total),
             stop_callbacks=[_BudgetStopper(adapter, needed=iteration_cost(
-                s.minibatch, n_train=len(train), n_val=len(val)))],
+                self.minibatch, n_train=len(train), n_val=len(val)))],
             logger=_LogToLogging(),
             callbacks=[recorder],
             track_best_outputs=False,
@@ -155,6 +165,26 @@ class Gepa:
             raise_on_exception=True,
             seed=ctx.optimizer_seed,
         )
+
+
+@dataclass(frozen=True)
+class Gepa:
+    """See the module docstring."""
+
+    settings: GepaSettings = field(default_factory=GepaSettings)
+    key: str = KEY
+
+    async def optimize(self, ctx: OptimizeContext) -> Bundle:
+        """The incumbent bundle after a gepa run within `ctx`'s budget (a new dict)."""
+        from lcb.optimize.methods.gepa_adapter import SliceReflector
+
+        s = self.settings
+        run = GepaRun(key=KEY, minibatch=s.minibatch, use_merge=s.use_merge,
+                      max_merge_invocations=s.max_merge_invocations,
+                      max_metric_calls=lambda n_train, n_val, _budget:
+                      s.max_full_evals * (n_train + n_val),
+                      reflector=SliceReflector(s.reflection))
+        return await run.optimize(ctx)
 
 
 def iteration_cost(minibatch: int, *, n_train: int, n_val: int) -> int:

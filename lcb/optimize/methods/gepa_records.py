@@ -19,8 +19,9 @@ goes to the job's event loop through the adapter's `LoopBridge`):
   fix retraces it whole. `parent` is the hash of the (first) parent; `roles` are the roles whose
   text differs from it. Proposals the validator refused never reach gepa: the adapter records
   them.
-- Checkpoints: after each iteration, `ctx.checkpoint(state)` with `state` = `{"method",
-  "iteration", "candidates"` (bundle hashes in gepa's order), `"best"` (hash), `"best_score"`,
+- Checkpoints: after each iteration, `ctx.checkpoint(state)` with `state` = `{"method"` (the
+  method's key: `gepa`, or one built on this run such as `mamut_gepa`), `"iteration",
+  "candidates"` (bundle hashes in gepa's order), `"best"` (hash), `"best_score"`,
   `"charged"` (rollouts paid along the path: the adapter's `spent`), `"proposals"}`. On a resumed
   job (`expected`: what `ctx.restore()` gave) the run retraces from the start; the state at the
   end of iteration `expected["iteration"]` must equal `expected`, else `ResumeDivergence`.
@@ -90,8 +91,10 @@ def _guarded(handler: Handler) -> Handler:
 class Recorder:
     """A gepa callback (see the module docstring)."""
 
-    def __init__(self, adapter: LcbAdapter, *, expected: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, adapter: LcbAdapter, *, expected: Mapping[str, Any] | None = None,
+                 method: str = KEY) -> None:
         self.adapter = adapter
+        self.method = method
         self.ctx = adapter.ctx
         self.best: Best | None = None
         self.hashes: dict[int, str] = {}  # gepa's candidate index -> bundle hash
@@ -204,7 +207,7 @@ class Recorder:
     # --- checkpoints ------------------------------------------------------------------
     def snapshot(self, iteration: int) -> dict[str, Any]:
         """The state checkpointed after `iteration` (see the module docstring)."""
-        return {"method": KEY, "iteration": iteration,
+        return {"method": self.method, "iteration": iteration,
                 "candidates": [self.hashes[i] for i in sorted(self.hashes)],
                 "best": bundle_hash(self.best.bundle) if self.best else None,
                 "best_score": self.best.score if self.best else None,
@@ -227,9 +230,9 @@ class Recorder:
             shown = "; ".join(f"{key}: saved {expected.get(key)!r}, now {state.get(key)!r}"
                               for key in differs)
             raise ResumeDivergence(
-                f"the resumed gepa run did not retrace the interrupted run at iteration "
-                f"{state['iteration']} ({shown}); rerun the job from scratch in a new job "
-                f"directory")
+                f"the resumed {self.method} run did not retrace the interrupted run at "
+                f"iteration {state['iteration']} ({shown}); rerun the job from scratch in a "
+                f"new job directory")
         self.verified = True
 
     def unfinished_retrace(self) -> ResumeDivergence | None:
@@ -237,7 +240,7 @@ class Recorder:
         if self.verified or self.expected is None:
             return None
         return ResumeDivergence(
-            f"the resumed gepa run ended after iteration {self.last_iteration}, before the "
-            f"checkpointed iteration {self.expected.get('iteration')}: it did not retrace the "
-            f"interrupted run; start its optimization over with --restart-optimization "
+            f"the resumed {self.method} run ended after iteration {self.last_iteration}, "
+            f"before the checkpointed iteration {self.expected.get('iteration')}: it did not "
+            f"retrace the interrupted run; start its optimization over with --restart-optimization "
             f"(or use a new job directory)")

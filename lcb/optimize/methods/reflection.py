@@ -14,6 +14,10 @@ Contract:
   role did on a few problems with the grader's verdict, and the request to answer with a
   complete new text between two marker lines. `parse_proposal(reply)` returns that text, or
   None when a marker is missing (a truncated reply is never mistaken for a prompt).
+  `proposal_problem(text, current=..., seed=...)` says why a parsed text is still no prompt: it
+  echoes the answer template's placeholder (`TEMPLATE_WORDING`, any case), keeps under
+  `MIN_KEPT` (30 %) of the current text's length, or exceeds `GROWTH` (4) × the seed's length
+  + `SLACK` (2000) characters; None when it may be tried.
 - `LoopBridge` lets library code running in a worker thread (gepa, DSPy) call back into the
   job's event loop: `run(coro)` waits for a coroutine scheduled on the loop, `call(fn, ...)`
   runs a plain function on the loop thread. Calling either from the loop thread itself is a
@@ -35,6 +39,9 @@ T = TypeVar("T")
 
 BEGIN_MARK = "=== REVISED PROMPT ==="
 END_MARK = "=== END OF PROMPT ==="
+TEMPLATE_WORDING = "the complete new prompt"  # the answer template's placeholder, in our prompts
+MIN_KEPT = 0.3  # a proposal keeps at least this share of the current role text's length
+GROWTH, SLACK = 4, 2000  # ... and is at most GROWTH x the seed's role text + SLACK characters
 CLIP_NOTE = " [... clipped ...] "
 MIN_SHARE = 200  # characters a message keeps however many share a record
 
@@ -48,7 +55,8 @@ def clip(text: str, limit: int) -> str:
     return text[:head] + CLIP_NOTE + text[-tail:]
 
 
-def _positive(owner: object, *names: str) -> None:
+def require_positive(owner: object, *names: str) -> None:
+    """Raise ValueError unless each named field of `owner` is an integer >= 1."""
     for name in names:
         value = getattr(owner, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -67,7 +75,7 @@ class SliceLimits:
     record_chars: int = 16000  # per record, every agent together
 
     def __post_init__(self) -> None:
-        _positive(self, "clip_chars", "max_messages", "args_chars", "record_chars")
+        require_positive(self, "clip_chars", "max_messages", "args_chars", "record_chars")
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class ReflectionSettings:
     limits: SliceLimits = field(default_factory=SliceLimits)
 
     def __post_init__(self) -> None:
-        _positive(self, "records_per_reflection", "feedback_chars")
+        require_positive(self, "records_per_reflection", "feedback_chars")
 
 
 def role_slice(transcript: Sequence[Mapping[str, Any]], role: str, *,
@@ -178,7 +186,7 @@ _TASK = (
     "guidance that would have prevented the failures, and never mention these particular "
     "problems. {keep_note}Write the complete prompt, not a diff.\n\n"
     "Answer with the new prompt between the two marker lines below, each on a line of its "
-    "own, and nothing after the second marker:\n{begin}\n(the complete new prompt)\n{end}\n"
+    "own, and nothing after the second marker:\n{begin}\n(" + TEMPLATE_WORDING + ")\n{end}\n"
 )
 
 
@@ -186,33 +194,63 @@ def proposal_prompt(*, topology: str, role: str, current: str,
                     records: Sequence[Mapping[str, str]], placeholders: Sequence[str] = ()) -> str:
     """Our reflection prompt for one role (see the module docstring). Each record maps a
     heading (problem, outcome, feedback, transcript) to its text."""
+    return assemble_request(_INTRO.format(topology=topology, role=role), _TASK, role=role,
+                            current=current, heading="## What happened on some training problems",
+                            records=records, placeholders=placeholders)
+
+
+def assemble_request(intro: str, task: str, *, role: str, current: str, heading: str,
+                     records: Sequence[Mapping[str, str]], placeholders: Sequence[str]) -> str:
+    """A proposal request: `intro`, the current prompt, `heading` over the numbered records
+    (each heading -> text), then `task` (a template of `role`, `keep_note`, `begin`, `end`)."""
     keep_note = ""
     if placeholders:
         names = ", ".join("{" + name + "}" for name in placeholders)
         keep_note = f"Keep the placeholder(s) {names} verbatim: the harness fills them in. "
-    parts = [_INTRO.format(topology=topology, role=role),
-             "## The current prompt\n" + current.strip() + "\n",
-             "## What happened on some training problems"]
+    parts = [intro, "## The current prompt\n" + current.strip() + "\n", heading]
     for index, record in enumerate(records, start=1):
         body = "\n".join(f"{key}:\n{value}" for key, value in record.items())
         parts.append(f"### Problem {index}\n{body}\n")
-    parts.append("## Your task\n" + _TASK.format(role=role, keep_note=keep_note,
-                                                  begin=BEGIN_MARK, end=END_MARK))
+    parts.append("## Your task\n" + task.format(role=role, keep_note=keep_note,
+                                                begin=BEGIN_MARK, end=END_MARK))
     return "\n".join(parts)
 
 
-def parse_proposal(reply: str) -> str | None:
-    """The text between the last begin marker and the end marker after it; None when either
-    marker is missing or nothing is between them."""
-    start = reply.rfind(BEGIN_MARK)
+def proposal_problem(text: str, *, current: str, seed: str) -> str | None:
+    """Why a validated proposal for a role is dropped, or None (see the module docstring).
+
+    >>> proposal_problem("(The complete new prompt)", current="Write code.", seed="Write code.")
+    "the proposal echoes the answer template's placeholder '(the complete new prompt)'"
+    """
+    size, now = len(text.strip()), len(current.strip())
+    if TEMPLATE_WORDING in text.lower():
+        return f"the proposal echoes the answer template's placeholder '({TEMPLATE_WORDING})'"
+    if size < MIN_KEPT * now:
+        return (f"the proposal has {size} characters, under {MIN_KEPT:.0%} of the current "
+                f"prompt's {now}")
+    cap = GROWTH * len(seed.strip()) + SLACK
+    if size > cap:
+        return (f"the proposal has {size} characters, over the cap of {GROWTH} x the seed "
+                f"prompt's {len(seed.strip())} + {SLACK} = {cap}")
+    return None
+
+
+def marked_text(reply: str, begin: str, end: str) -> str | None:
+    """The text between the last `begin` marker and the `end` marker after it; None when
+    either marker is missing or nothing is between them (the methods' marked replies)."""
+    start = reply.rfind(begin)
     if start < 0:
         return None
-    body = reply[start + len(BEGIN_MARK):]
-    end = body.find(END_MARK)
-    if end < 0:
+    body = reply[start + len(begin):]
+    stop = body.find(end)
+    if stop < 0:
         return None
-    text = body[:end].strip()
-    return text or None
+    return body[:stop].strip() or None
+
+
+def parse_proposal(reply: str) -> str | None:
+    """The text between our two proposal markers (`marked_text`), else None."""
+    return marked_text(reply, BEGIN_MARK, END_MARK)
 
 
 class BridgeClosed(RuntimeError):

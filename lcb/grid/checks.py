@@ -1,0 +1,89 @@
+"""The endpoint check before a job starts, shared by the jobs that start together.
+
+Contract of `usable_endpoints(job, key) -> (live, dropped)`:
+- Every endpoint of the job (its `VLLM_BASE_URL` list, else this process's, else lcb's
+  default) gets lcb's own check (`lcb.agents.models.check_endpoint`: list the models, then a
+  1-token completion), all at once; `live` keeps the ones that pass in list order, `dropped`
+  maps each other one to its reason.
+- A verdict is kept for `CHECK_TTL_S` seconds in `<grid>/.grid/checks/`, one file per
+  (endpoint, model, key), written under a lock: the jobs of one array or pool that start together
+  on one machine wait for one check instead of each making it (and each importing the model
+  client). A verdict older than that is checked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from lcb.grid.plan import Job
+
+CHECK_TTL_S = 60.0
+DEFAULT_BASE_URL = "http://localhost:8000/v1"  # lcb.agents.models.DEFAULT_BASE_URL
+
+
+def _urls(job: Job) -> list[str]:
+    from lcb.agents.endpoints import split_base_urls
+
+    text = job.env.get("VLLM_BASE_URL") or os.environ.get("VLLM_BASE_URL") or DEFAULT_BASE_URL
+    return list(split_base_urls(text))
+
+
+def check_now(urls: list[str], model_id: str, key: str) -> dict[str, str]:
+    """lcb's check of each URL at once: the ones that failed, with their reason."""
+    from lcb.agents.endpoints import check_each
+    from lcb.agents.models import ModelConfig, check_endpoint
+
+    base = ModelConfig(base_url=urls[0], model_id=model_id, api_key=key)
+
+    def check(url: str):
+        return check_endpoint(dataclasses.replace(base, base_url=url, base_urls=(url,)))
+
+    failed = asyncio.run(check_each(urls, check))
+    return {url: getattr(err, "problem", "") or str(err) for url, err in failed.items()}
+
+
+def _fresh(path: Path) -> dict | None:
+    try:
+        verdict = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(verdict, dict) or time.time() - verdict.get("at", 0) > CHECK_TTL_S:
+        return None
+    return verdict
+
+
+def _verdict(folder: Path, url: str, model_id: str, key: str) -> str | None:
+    """None when `url` passes (from a fresh verdict or a new check), else the reason."""
+    name = hashlib.sha256(f"{url}\n{model_id}\n{key}".encode()).hexdigest()[:16]
+    path = folder / f"{name}.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        verdict = _fresh(path)
+        if verdict is None:
+            problem = check_now([url], model_id, key).get(url)
+            verdict = {"at": time.time(), "problem": problem}
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(verdict), encoding="utf-8")
+            os.replace(tmp, path)
+    return verdict.get("problem")
+
+
+def usable_endpoints(job: Job, key: str) -> tuple[list[str], dict[str, str]]:
+    """(endpoints that pass, the others with their reason): module docstring."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    urls = _urls(job)
+    folder = job.root / ".grid" / "checks"
+    model_id = job.env["MODEL_ID"]
+    with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        problems = list(pool.map(lambda url: _verdict(folder, url, model_id, key), urls))
+    dropped = {url: why for url, why in zip(urls, problems, strict=True) if why is not None}
+    return [url for url in urls if url not in dropped], dropped

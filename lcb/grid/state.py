@@ -1,0 +1,174 @@
+"""What the grid keeps beside its jobs: one state file and one log per job, under `<out>/.grid/`.
+
+Contract:
+- `<out>/.grid/state/<slug>.json` holds the job's last known state: `running` (with the pid
+  and host of its process, and when it started), `failed` (exit code and reason),
+  `interrupted` (stopped by the grid: Ctrl-C, SIGTERM, a cancelled task), `requeued` (a
+  preempted Slurm task) or `done`, plus `attempts` (how often the grid launched it). Written
+  whole through a rename, so a kill never leaves half a file; a file that does not parse
+  reads as no state.
+- `<out>/.grid/logs/<slug>.log` gets each attempt's stdout and stderr, appended, after a
+  header line naming the attempt and the command.
+- `job_lock(job)` holds `<out>/.grid/locks/<slug>.lock` (a non-blocking `flock`) while one
+  process runs the job: a second grid on the same grid folder is told the job is taken.
+- `is_done(job)`: the job's own done file parses as a JSON object, and for a run grid's
+  `summary.json` says `"complete": true` (`lcb run` writes its summary on every exit, an
+  interrupted one included, so existing is not enough).
+- `job_status(job)` is what status and the executors go by: `done` by `is_done` (whatever
+  the state file says), `running` when the state says so and its process is alive (on another
+  host, where no pid can be checked: while its heartbeat, the state file's mtime, is under
+  `STALE_S` old), `failed` when the state says so, else `pending` (never run, or interrupted:
+  `interrupted(job)` tells).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from lcb.grid.plan import DONE_FILES, Job
+
+Status = Literal["done", "running", "failed", "pending"]
+STATUSES: tuple[Status, ...] = ("done", "running", "failed", "pending")
+GRID_DIR = ".grid"
+HEARTBEAT_S = 30.0  # how often a running job's state file is touched
+STALE_S = 4 * HEARTBEAT_S  # untouched this long, a job running on another host is gone
+
+
+def state_path(job: Job) -> Path:
+    return job.root / GRID_DIR / "state" / f"{job.slug}.json"
+
+
+def log_path(job: Job) -> Path:
+    return job.root / GRID_DIR / "logs" / f"{job.slug}.log"
+
+
+def lock_path(job: Job) -> Path:
+    return job.root / GRID_DIR / "locks" / f"{job.slug}.lock"
+
+
+@contextlib.contextmanager
+def job_lock(job: Job) -> Iterator[bool]:
+    """Hold the job's lock for the block: True, or False when another process holds it.
+
+    A `flock` goes with the process that holds it, so a killed grid never leaves it taken;
+    the job's own process does not inherit it (`subprocess` closes other descriptors)."""
+    path = lock_path(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_state(job: Job) -> dict[str, Any]:
+    try:
+        data = json.loads(state_path(job).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state(job: Job, **fields: Any) -> dict[str, Any]:
+    """Replace the job's state with `fields` (attempts carried over unless given)."""
+    path = state_path(job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"attempts": read_state(job).get("attempts", 0), **fields}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return state
+
+
+def touch_state(job: Job) -> None:
+    """Mark the job's state as fresh (the heartbeat of a running job)."""
+    try:
+        os.utime(state_path(job))
+    except OSError:
+        pass
+
+
+def _fresh(job: Job) -> bool:
+    try:
+        return time.time() - state_path(job).stat().st_mtime < STALE_S
+    except OSError:
+        return False
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return _not_zombie(pid)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True
+    return fields[0] != "Z"
+
+
+def is_done(job: Job) -> bool:
+    """The job's done file is whole and, for a run batch, complete (module docstring)."""
+    try:
+        data = json.loads((job.out / job.done_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    return job.done_file != DONE_FILES["run"] or data.get("complete") is True
+
+
+def job_status(job: Job) -> Status:
+    """The job's status (module docstring)."""
+    if is_done(job):
+        return "done"
+    state = read_state(job)
+    if state.get("state") == "running":
+        here = state.get("host") == socket.gethostname()
+        return "running" if (_alive(state.get("pid")) if here else _fresh(job)) else "pending"
+    return "failed" if state.get("state") == "failed" else "pending"
+
+
+def interrupted(job: Job) -> bool:
+    """True for a pending job that has started before: the grid stopped it, or its folder
+    holds something."""
+    if read_state(job).get("state") in ("interrupted", "requeued"):
+        return True
+    return job.out.is_dir() and any(job.out.iterdir())
+
+
+def last_lines(job: Job, count: int) -> list[str]:
+    """The last `count` lines of the job's log (none when it has no log)."""
+    try:
+        with log_path(job).open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 64 * 1024))
+            tail = log.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return tail.splitlines()[-count:] if count > 0 else []
+
+
+def statuses(jobs: Iterable[Job]) -> dict[str, Status]:
+    return {job.key: job_status(job) for job in jobs}

@@ -1,0 +1,424 @@
+"""`hivemind`: contribution-guided online prompt optimization (CG-OPO; Xia et al., arXiv
+2512.06432): Shapley credit over coalitions of agents, lessons for the lowest-credit role.
+
+Contract:
+- Players are the team's agents (`ctx.agents`; `ctx.graph.agents` names each one's role). A
+  cycle c (1, 2, ...) runs the current bundle, masked to each coalition it needs
+  (`ctx.rollout(..., active=coalition)`: an inactive agent makes no call), on a batch of
+  `batch_size` train rows (a rotating pass over a seeded shuffle of the split) at iteration c.
+  A coalition's value is its mean score on the batch rows that came back for every planned
+  coalition (an infrastructure loss drops the row from all of them; no such row: no credit, no
+  proposal this cycle). The empty coalition runs too: the context charges it as an
+  abstaining team (score 0, no model call), never as an infrastructure failure. On a
+  centralized team (`kind == "star"`) a coalition without the manager abstains as well; with
+  `skip_managerless` (default) its value is 0 without a rollout.
+- Shapley values (`shapley`): exact over the power set when the coalitions that need a
+  rollout number <= `exact_max_coalitions`; else Monte-Carlo over at most `mc_permutations`
+  player orders drawn from `Random("hivemind:<seed>:<cycle>")`, no more orders than keep the
+  coalitions to run <= `exact_max_coalitions` (only visited coalitions are run).
+- A role's credit is the sum of its players' values (replicas of a shared prompt pool theirs).
+  A one-role team's credit is v(N) - v({}) whatever the game; with `shapley_single_role` off
+  (default on: the paper) such a team runs only the full coalition and skips the Shapley step.
+  Target: the lowest-credit role; on a centralized team the manager every `manager_every`-th
+  cycle and the lowest-credit worker otherwise. Ties (to 1e-9) go to the role targeted fewest
+  times so far, then to the latest in topological order (nearest the team's answer).
+- Reflection (`ctx.reflect`, purpose "hivemind:lessons", T = `temperature`;
+  `hivemind_lessons`: our prompt and its strict parser) reads the target's failures and
+  successes in the full coalition's runs and answers a LESSONS block; an unparsable one is
+  rejected with the reason, never adopted. The candidate's prompt for the target = its seed
+  prompt + its latest <= `max_lessons` lessons (append-only: lessons are only ever added to
+  the incumbent's list). Every candidate goes through `ctx.validate`.
+- Gate: the candidate is accepted only if strictly better than the current bundle on the
+  first `val_size` rows (capped by |val|) of a seeded shuffle of the validation split, both at
+  iteration 0 (paired request seeds), compared on the rows that came back for both (no such
+  row: rejected by the gate, not compared). Each bundle's per-row scores are kept: one scored
+  before is not run again (a row infrastructure lost would come back None again).
+- Budget: a cycle costs R * |batch| + |val rows| * (1 + [current not yet scored on val]),
+  R = the coalitions it runs (4 players: 16 * 5 + 5 + 5 = 90; centralized 4: 8 * 5 + 10 = 50).
+  A cycle starts only when `ctx.ledger.available` pays for all of it; `max_cycles` caps cycles;
+  a cycle that charged nothing (every rollout lost to infrastructure) is the last.
+- History: the seed's val score (candidate), then per cycle one proposal (parent hash, target,
+  scores on the paired rows, `rejected_by` "validator" for an unparsable reply / invalid bundle
+  / no new lesson, "gate" or "budget"), its reason holding the evidence as JSON (coalition
+  values, Shapley values, credit, target, lessons, rows used); an accepted one is also a
+  candidate.
+- Resume: `ctx.checkpoint` after every cycle ({cycle, lessons, per-row val scores, target
+  counts}); a rerun calls `ctx.restore(fast_forward=True)` and continues at the next cycle.
+  Nothing else is random (batches, orders and seeds derive from the cycle number).
+- The result is a NEW dict with exactly the seed's roles: the incumbent. Topology `single`
+  is refused (ValueError): one agent has no coalitions to credit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lcb.data.problems import Problem
+from lcb.optimize.bundle import BundleError, bundle_hash
+from lcb.optimize.method import Bundle, OptimizeContext, Rollout
+from lcb.optimize.methods import shapley
+from lcb.optimize.methods.hivemind_lessons import (
+    LessonsError,
+    lessons_prompt,
+    parse_lessons,
+    with_lessons,
+)
+
+KEY = "hivemind"
+VAL_ITERATION = 0  # every bundle's validation runs share it: paired seeds, free replays
+TIE = 1e-9
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HivemindSettings:
+    """The method's knobs (METHODS.md's reference values are the defaults)."""
+
+    batch_size: int = 5
+    val_size: int = 5
+    max_lessons: int = 6
+    lessons_per_reflection: int = 3
+    exact_max_coalitions: int = 40
+    mc_permutations: int = 24
+    manager_every: int = 3
+    failure_below: float = 0.5
+    temperature: float = 0.7
+    failures_shown: int = 3
+    successes_shown: int = 2
+    clip_chars: int = 1500
+    skip_managerless: bool = True
+    shapley_single_role: bool = True
+    max_cycles: int | None = None
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.type not in ("int", "int | None") or value is None:
+                continue
+            low = 0 if item.name in ("successes_shown", "failures_shown") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"hivemind setting {item.name} must be an integer >= {low}"
+                                 f"{' or null' if item.type != 'int' else ''}, got {value!r}")
+        if not 0.0 < self.failure_below <= 1.0:
+            raise ValueError(f"hivemind setting failure_below must be in (0, 1], "
+                             f"got {self.failure_below!r}")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"hivemind setting temperature must be in [0, 2], "
+                             f"got {self.temperature!r}")
+        if self.lessons_per_reflection > self.max_lessons:
+            raise ValueError("hivemind setting lessons_per_reflection must be <= max_lessons")
+        if self.exact_max_coalitions < 2:
+            raise ValueError("hivemind setting exact_max_coalitions must be >= 2")
+
+
+SETTINGS = HivemindSettings  # `--set` keys and job.json's method_settings
+
+
+@dataclass
+class Plan:
+    """One cycle's game: the coalitions to run, those valued 0 without a run, the orders."""
+
+    run: list[shapley.Coalition]
+    free: list[shapley.Coalition]
+    orders: list[tuple[str, ...]] | None  # None: exact over the power set
+    skipped: bool = False  # one role, `shapley_single_role` off: the full coalition only
+
+
+@dataclass
+class Played:
+    """The coalitions' runs of one batch: values on the rows every coalition has (None when
+    there is none), those rows, and the full coalition's rollouts."""
+
+    values: dict[shapley.Coalition, float] | None
+    rows: list[str]
+    full_runs: list[Rollout]
+
+
+@dataclass
+class State:
+    """What a checkpoint holds (JSON-able through `to_json`)."""
+
+    cycle: int = 0
+    lessons: dict[str, list[str]] = field(default_factory=dict)
+    val_scores: dict[str, dict[str, float]] = field(default_factory=dict)  # hash: row: score
+    targeted: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cycle": self.cycle, "lessons": self.lessons, "val_scores": self.val_scores,
+                "targeted": self.targeted}
+
+
+class _Job:
+    """One optimize phase: the team's game, the data order and the state."""
+
+    def __init__(self, ctx: OptimizeContext, settings: HivemindSettings) -> None:
+        self.ctx, self.s = ctx, settings
+        graph = ctx.graph
+        self.players = tuple(ctx.agents)
+        self.roles_of = {agent: graph.agents[agent] for agent in self.players}
+        self.order = graph.topological_order()
+        self.star = graph.kind == "star"
+        self.hub = graph.edges[0][0] if self.star and graph.edges else None
+        seed = ctx.optimizer_seed
+        self.train = list(ctx.data.train)
+        random.Random(f"{KEY}:{seed}:train").shuffle(self.train)
+        val = list(ctx.data.validation)
+        random.Random(f"{KEY}:{seed}:val").shuffle(val)
+        self.val = val[:settings.val_size]
+        self.state = State(lessons={role: [] for role in ctx.roles})
+
+    # --- bundles ------------------------------------------------------------------------
+    def bundle(self, lessons: dict[str, list[str]]) -> Bundle:
+        return {role: with_lessons(text, lessons.get(role, ()), cap=self.s.max_lessons)
+                for role, text in self.ctx.seed_bundle.items()}
+
+    # --- the game -----------------------------------------------------------------------
+    def abstains(self, coalition: shapley.Coalition) -> bool:
+        """Known without a run: a centralized coalition without its manager abstains."""
+        return (self.s.skip_managerless and self.hub is not None
+                and not any(self.roles_of[a] == self.hub for a in coalition))
+
+    def plan(self, cycle: int) -> Plan:
+        if not self.s.shapley_single_role and len(set(self.roles_of.values())) == 1:
+            return Plan([frozenset(self.players)], [frozenset()], None, skipped=True)
+        everyone = shapley.power_set(self.players)
+        free = [c for c in everyone if self.abstains(c)]
+        if len(everyone) - len(free) <= self.s.exact_max_coalitions:
+            return Plan([c for c in everyone if c not in free], free, None)
+        rng = random.Random(f"{KEY}:{self.ctx.optimizer_seed}:{cycle}")
+        orders = shapley.sample_permutations(self.players, rng, count=self.s.mc_permutations,
+                                             max_coalitions=self.s.exact_max_coalitions,
+                                             free=free)
+        visited = shapley.prefixes(orders)
+        return Plan([c for c in visited if not self.abstains(c)],
+                    [c for c in visited if self.abstains(c)], orders)
+
+    def batch(self, cycle: int) -> list[Problem]:
+        n = len(self.train)
+        size = min(self.s.batch_size, n)
+        return [self.train[((cycle - 1) * size + j) % n] for j in range(size)]
+
+    def cost(self, plan: Plan, batch: list[Problem], current: Bundle) -> int:
+        scored = bundle_hash(current) in self.state.val_scores
+        return len(plan.run) * len(batch) + len(self.val) * (1 if scored else 2)
+
+    async def play(self, plan: Plan, bundle: Bundle, batch: list[Problem], cycle: int
+                   ) -> Played | None:
+        """The planned coalitions' runs; None when the budget ran out mid-way. Values are
+        means over the batch rows that came back for every coalition (paired differences)."""
+        pairs = [(c, p.id) for c in plan.run for p in batch]
+        results = await asyncio.gather(*(self.ctx.rollout(bundle, p, iteration=cycle, active=c)
+                                         for c in plan.run for p in batch))
+        if any(r is None for r in results) and self.ctx.ledger.available <= 0:
+            return None
+        got = {pair: r for pair, r in zip(pairs, results, strict=True) if r is not None}
+        rows = [p.id for p in batch if all((c, p.id) in got for c in plan.run)]
+        full = frozenset(self.players)
+        runs = [got[full, p.id] for p in batch if (full, p.id) in got]
+        if not rows:
+            return Played(None, rows, runs)
+        values = dict.fromkeys(plan.free, 0.0)
+        for c in plan.run:
+            values[c] = sum(got[c, row].score for row in rows) / len(rows)
+        return Played(values, rows, runs)
+
+    def target(self, credit: dict[str, float], cycle: int) -> tuple[str, str]:
+        return choose_target(credit, cycle=cycle, order=self.order, hub=self.hub,
+                             targeted=self.state.targeted, every=self.s.manager_every)
+
+    async def val_rows(self, bundle: Bundle) -> dict[str, float] | None:
+        """The bundle's score on each gate row that came back (infrastructure lost the
+        others for good: the journal hands such a row None again); None when the budget ran
+        out mid-way (nothing is kept then)."""
+        known = self.state.val_scores.get(bundle_hash(bundle))
+        if known is not None:
+            return known
+        results = await asyncio.gather(*(self.ctx.rollout(bundle, p, iteration=VAL_ITERATION)
+                                         for p in self.val))
+        if any(r is None for r in results) and self.ctx.ledger.available <= 0:
+            return None
+        rows = {p.id: r.score for p, r in zip(self.val, results, strict=True) if r is not None}
+        self.state.val_scores[bundle_hash(bundle)] = rows
+        return rows
+
+    def paired(self, candidate: dict[str, float], current: dict[str, float]
+               ) -> tuple[float, float, int] | None:
+        """Both bundles' mean over the gate rows both have, and their number (None: none)."""
+        rows = [p.id for p in self.val if p.id in candidate and p.id in current]
+        if not rows:
+            return None
+        return (sum(candidate[r] for r in rows) / len(rows),
+                sum(current[r] for r in rows) / len(rows), len(rows))
+
+
+def mean_score(rows: dict[str, float]) -> dict[str, float]:
+    """A bundle's gate score as `scores` (empty when no row came back)."""
+    return {"val": sum(rows.values()) / len(rows)} if rows else {}
+
+
+def choose_target(credit: dict[str, float], *, cycle: int, order: tuple[str, ...],
+                  hub: str | None, targeted: dict[str, int], every: int) -> tuple[str, str]:
+    """The role to revise in `cycle` and why (rule in the module docstring).
+
+    >>> choose_target({"a": 0.2, "b": 0.1}, cycle=1, order=("a", "b"), hub=None,
+    ...               targeted={}, every=3)
+    ('b', 'lowest credit')
+    """
+    if hub is not None and cycle % every == 0:
+        return hub, f"the manager's turn (every {every}th cycle)"
+    pool = [role for role in order if role in credit and role != hub] or list(credit)
+
+    def rank(role: str) -> tuple[float, int, int]:
+        return (round(credit[role] / TIE), targeted.get(role, 0), -order.index(role))
+
+    return min(pool, key=rank), "lowest credit"
+
+
+@dataclass(frozen=True)
+class Hivemind:
+    """See the module docstring."""
+
+    settings: HivemindSettings = field(default_factory=HivemindSettings)
+    key: str = KEY
+
+    async def optimize(self, ctx: OptimizeContext) -> Bundle:
+        """The incumbent bundle after as many cycles as the budget pays for (a new dict)."""
+        if ctx.topology == "single":
+            raise ValueError("hivemind credits the agents of a team; topology 'single' has "
+                             "one agent (it gets identity, gepa or mipro)")
+        job = _Job(ctx, self.settings)
+        saved = ctx.restore(fast_forward=True)
+        if saved is not None:
+            job.state = State(cycle=int(saved["cycle"]), lessons=saved["lessons"],
+                              val_scores=saved["val_scores"], targeted=saved["targeted"])
+        if not job.train or not job.val:
+            raise ValueError("hivemind needs training and validation problems")
+        while self.settings.max_cycles is None or job.state.cycle < self.settings.max_cycles:
+            cycle, charged = job.state.cycle + 1, ctx.ledger.charged
+            if not await self._cycle(job, cycle):
+                break
+            job.state.cycle = cycle
+            ctx.checkpoint(job.state.to_json())
+            if ctx.ledger.charged == charged:  # infrastructure lost every rollout: stop
+                log.warning("hivemind: cycle %d charged nothing (every rollout lost to "
+                            "infrastructure): stopping", cycle)
+                break
+        return job.bundle(job.state.lessons)
+
+    async def _cycle(self, job: _Job, cycle: int) -> bool:
+        """One cycle; False when it could not be paid for (nothing more will be)."""
+        ctx = job.ctx
+        current = job.bundle(job.state.lessons)
+        plan, batch = job.plan(cycle), job.batch(cycle)
+        need = job.cost(plan, batch, current)
+        if ctx.ledger.available < need:
+            log.info("hivemind: cycle %d needs %d rollouts, %d left: stopping", cycle, need,
+                     ctx.ledger.available)
+            return False
+        played = await job.play(plan, current, batch, cycle)
+        first_val = bundle_hash(current) not in job.state.val_scores
+        current_rows = await job.val_rows(current)
+        if played is None or current_rows is None:
+            return False
+        if first_val and cycle == 1:
+            ctx.record_candidate(current, scores=mean_score(current_rows), note="the seed",
+                                 iteration=VAL_ITERATION)
+        if played.values is None:
+            log.warning("hivemind: cycle %d: no train row came back for every coalition "
+                        "(infrastructure): no credit, no proposal", cycle)
+            return True
+        values = played.values
+        credit, how, phi = self._credit(job, plan, values)
+        role, why = job.target(credit, cycle)
+        job.state.targeted[role] = job.state.targeted.get(role, 0) + 1
+        evidence = {"cycle": cycle, "target": role, "why": why, "shapley": how,
+                    "train_rows": len(played.rows),
+                    "values": {",".join(sorted(c)) or "{}": round(v, 4)
+                               for c, v in values.items()},
+                    "phi": {p: round(v, 4) for p, v in phi.items()},
+                    "credit": {r: round(v, 4) for r, v in credit.items()}}
+        await self._propose(job, current, current_rows, role, why, credit, played.full_runs,
+                            evidence)
+        return True
+
+    @staticmethod
+    def _credit(job: _Job, plan: Plan, values: dict[shapley.Coalition, float]
+                ) -> tuple[dict[str, float], str, dict[str, float]]:
+        """Each role's credit, how it was computed, and the players' Shapley values."""
+        if plan.skipped:  # one role: efficiency makes its credit v(N) - v({}), no game needed
+            (role,) = set(job.roles_of.values())
+            full = values[frozenset(job.players)] - values[frozenset()]
+            return {role: full}, "skipped (one role: its credit is v(N) - v({}))", {}
+        if plan.orders is None:
+            phi, how = shapley.exact_shapley(job.players, values), "exact"
+        else:
+            phi = shapley.permutation_shapley(plan.orders, values)
+            how = f"monte-carlo over {len(plan.orders)} orders"
+        return shapley.role_credit(phi, job.roles_of), how, phi
+
+    async def _propose(self, job: _Job, current: Bundle, current_rows: dict[str, float],
+                       role: str, why: str, credit: dict[str, float], runs: list[Rollout],
+                       evidence: dict[str, Any]) -> None:
+        ctx, s = job.ctx, self.settings
+        cycle, parent = evidence["cycle"], bundle_hash(current)
+        prompt = lessons_prompt(topology=ctx.topology, role=role, why=why, credit=credit,
+                                seed_text=ctx.seed_bundle[role],
+                                lessons=job.state.lessons[role][-s.max_lessons:],
+                                runs=runs, settings=s)
+        reply = await ctx.reflect(prompt, purpose=f"{KEY}:lessons", temperature=s.temperature)
+
+        def reject(bundle: Bundle, reason: str, *, by: str = "validator",
+                   scores: dict[str, float] | None = None) -> None:
+            ctx.record_proposal(bundle, parent=parent, roles=[role], accepted=False,
+                                scores=scores, scored_on="val" if scores else None,
+                                rejected_by=by, iteration=cycle,
+                                reason=json.dumps({**evidence, "verdict": reason}))
+
+        try:
+            new = parse_lessons(reply, limit=s.lessons_per_reflection)
+        except LessonsError as err:
+            return reject(current, f"unparsable LESSONS reply: {err}")
+        known = set(job.state.lessons[role])
+        fresh = [lesson for lesson in dict.fromkeys(new) if lesson not in known]
+        evidence["lessons"] = fresh
+        lessons = {**job.state.lessons, role: [*job.state.lessons[role], *fresh]}
+        candidate = job.bundle(lessons)
+        if not fresh:
+            return reject(candidate, "no new lesson")
+        try:
+            candidate = ctx.validate(candidate)
+        except BundleError as err:
+            return reject(candidate, str(err))
+        rows = await job.val_rows(candidate)
+        if rows is None:
+            return reject(candidate, "the budget ran out during validation", by="budget")
+        paired = job.paired(rows, current_rows)
+        if paired is None:
+            return reject(candidate, "no validation row came back for both bundles "
+                          "(infrastructure): not compared", by="gate")
+        score, current_val, evidence["val_rows"] = paired
+        scores = {"val": score, "val_current": current_val}
+        if score <= current_val:
+            return reject(candidate, "not strictly better on validation", by="gate",
+                          scores=scores)
+        ctx.record_proposal(candidate, parent=parent, roles=[role], accepted=True,
+                            scores=scores, scored_on="val", iteration=cycle,
+                            reason=json.dumps({**evidence, "verdict": "strictly better"}))
+        ctx.record_candidate(candidate, scores=mean_score(rows), parent=parent,
+                             iteration=cycle,
+                             note=f"cycle {cycle}: {len(fresh)} lesson(s) for {role}")
+        job.state.lessons = lessons
+
+
+def make(**settings: object) -> Hivemind:
+    """The factory of `OPTIMIZERS["hivemind"]`: keyword settings of `HivemindSettings`.
+
+    >>> make(batch_size=3).settings.batch_size
+    3
+    """
+    return Hivemind(settings=HivemindSettings(**settings))  # type: ignore[arg-type]
