@@ -15,9 +15,11 @@ Contract:
   (none: the worker's `VLLM_BASE_URL`) and the name of the variable holding its API key.
 - `exclude` is a list of partial matches over the axes (`method`, `topology`, `team_size`,
   `communication`, `model`, `seed`): a job matching every key of one entry is left out. A key's
-  value is one value, a list (any of them) or `{not: value-or-list}` (anything else). Every
-  value, plain or under `not`, must be on its axis (a typo would match nothing, or under
-  `not` everything). A key never matches a job without its axis: `single` has no team size
+  value is one value, a list (any of them) or `{not: value-or-list}` (anything else). A plain
+  value must be on its axis (a typo would match nothing); a value under `not` must be on its
+  axis too, or for `method` and `topology` any known one (a typo there would match
+  everything; "single only with identity, gepa, mipro" holds whatever the axis lists). A
+  key never matches a job without its axis: `single` has no team size
   or communication (`{method: tavo, team_size: {not: 4}}` keeps tavo's `single` jobs).
 - `out` (default `runs`) and a relative `data` path are relative to the spec file's folder,
   which is also where jobs run (`GridSpec.base`).
@@ -36,6 +38,7 @@ from lcb.cli.options import COMMUNICATIONS, TOPOLOGIES
 METHODS = ("identity", "gepa", "mipro", "mamut_gepa", "tavo", "maspo", "hivemind", "mapro",
            "maspob")
 AXES = ("method", "topology", "team_size", "communication", "model", "seed")
+KNOWN = {"method": METHODS, "topology": TOPOLOGIES}
 TEAM_AXES = ("team_size", "communication")  # the axes a `single` job does not have
 Scalar = str | int
 Int = Annotated[int, Field(strict=True)]
@@ -246,11 +249,16 @@ def _check_rule(spec: GridSpec, index: int, rule: dict[str, Match]) -> None:
     for key, match in rule.items():
         if key not in AXES:
             raise ValueError(f"exclude.{index}.{key}: not an axis (axes: {', '.join(AXES)})")
-        values = match.not_ if isinstance(match, Negation) else match
+        negated = isinstance(match, Negation)
+        values = match.not_ if negated else match
+        # a `not` list may name any known method or topology ("single only with identity,
+        # gepa, mipro" holds whatever the axis lists); everything else must be on the axis
+        known = KNOWN.get(key, axes[key]) if negated else axes[key]
         for value in values if isinstance(values, list | tuple) else [values]:
-            if value not in axes[key]:
-                raise ValueError(f"exclude.{index}.{key}: {value!r} is not on the {key} axis "
-                                 f"({', '.join(map(str, axes[key]))})")
+            if value not in known:
+                where = f"a known {key}" if known is not axes[key] else f"on the {key} axis"
+                raise ValueError(f"exclude.{index}.{key}: {value!r} is not {where} "
+                                 f"({', '.join(map(str, known))})")
 
 
 def matches(rule: dict[str, Match], axes: dict[str, Any]) -> bool:
