@@ -1,9 +1,10 @@
 """Every method through the planted-improvement harness (`tests/helpers_planted.py`).
 
 (a) the planted fix is deployed within the stated budget on two multi-agent topologies;
-(b) on the control, where no prompt change helps, the seed is kept. A new method adds a row
-to `PLANTED` (its budget, as stated in its doc, and the topologies) and, if its uncharged calls
-have a format of their own, a responder.
+(b) on the control, where no prompt change helps, the seed is kept. gepa and mipro answer the
+default responders and run here; each native method (mamut_gepa, tavo, maspo, hivemind, mapro,
+maspob) has prompts of its own format, so its planted and control jobs live in its own test
+file (`tests/test_<key>*.py`) with its responder and the settings its doc states.
 """
 
 import pytest
