@@ -189,3 +189,21 @@ def _describe(hint: Any) -> str:
     if get_origin(hint) in (tuple, list):
         return "a JSON list"
     return getattr(hint, "__name__", str(hint))
+
+
+def check_int_fields(settings: object, method: str, *,
+                     least: Mapping[str, int] | None = None) -> None:
+    """Raise ValueError, naming the method and the field, for an `int` (or a set `int | None`)
+    field of the settings dataclass below its least value (`least[name]`, default 1). The
+    methods' `__post_init__` share this check; other ranges they check themselves."""
+    for item in dataclasses.fields(settings):  # type: ignore[arg-type]
+        if item.type not in ("int", "int | None"):
+            continue
+        value = getattr(settings, item.name)
+        if value is None and item.type != "int":
+            continue
+        low = (least or {}).get(item.name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            nullable = " or null" if item.type != "int" else ""
+            raise ValueError(f"{method} setting {item.name} must be an integer >= {low}"
+                             f"{nullable}, got {value!r}")

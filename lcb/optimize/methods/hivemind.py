@@ -55,7 +55,7 @@ import asyncio
 import json
 import logging
 import random
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from lcb.data.problems import Problem
@@ -68,6 +68,7 @@ from lcb.optimize.methods.hivemind_lessons import (
     parse_lessons,
     with_lessons,
 )
+from lcb.optimize.settings import check_int_fields
 
 KEY = "hivemind"
 VAL_ITERATION = 0  # every bundle's validation runs share it: paired seeds, free replays
@@ -96,14 +97,7 @@ class HivemindSettings:
     max_cycles: int | None = None
 
     def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if item.type not in ("int", "int | None") or value is None:
-                continue
-            low = 0 if item.name in ("successes_shown", "failures_shown") else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"hivemind setting {item.name} must be an integer >= {low}"
-                                 f"{' or null' if item.type != 'int' else ''}, got {value!r}")
+        check_int_fields(self, KEY, least={"successes_shown": 0, "failures_shown": 0})
         if not 0.0 < self.failure_below <= 1.0:
             raise ValueError(f"hivemind setting failure_below must be in (0, 1], "
                              f"got {self.failure_below!r}")

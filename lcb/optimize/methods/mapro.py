@@ -50,7 +50,7 @@ import logging
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from lcb.agents.prompts import placeholders_in
 from lcb.optimize.bundle import BundleError, bundle_hash, thaw
@@ -58,6 +58,7 @@ from lcb.optimize.method import Bundle, OptimizeContext, Rollout
 from lcb.optimize.methods import mapro_prompts as P
 from lcb.optimize.methods.mapro_prompts import Potentials, first_turn, link
 from lcb.optimize.methods.reflection import clip
+from lcb.optimize.settings import check_int_fields
 
 KEY = "mapro"
 log = logging.getLogger(__name__)
@@ -81,14 +82,7 @@ class MaproSettings:
     max_critiques: int = 6  # teammates' critiques one role's mutation reads at most
 
     def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if item.type in ("int", "int | None") and not (value is None and "None" in item.type):
-                least = 2 if item.name == "pool_size" else 1
-                if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                    raise ValueError(f"mapro setting {item.name} must be an integer >= {least}"
-                                     f"{' or null' if 'None' in item.type else ''}, "
-                                     f"got {value!r}")
+        check_int_fields(self, KEY, least={"pool_size": 2})
         if not P.SCORE_RANGE[0] <= self.judge_default <= P.SCORE_RANGE[1]:
             raise ValueError(f"mapro setting judge_default must be within {P.SCORE_RANGE}, "
                              f"got {self.judge_default!r}")

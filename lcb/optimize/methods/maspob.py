@@ -57,7 +57,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from lcb.data.problems import Problem
@@ -65,6 +65,7 @@ from lcb.optimize.bundle import bundle_hash, thaw
 from lcb.optimize.embed import MODEL_PACKAGE, MODEL_VERSION, EmbeddingsUnavailable
 from lcb.optimize.method import Bundle, OptimizeContext, Rollout
 from lcb.optimize.methods.maspob_pool import PoolBuilder
+from lcb.optimize.settings import check_int_fields
 
 KEY = "maspob"
 Combo = tuple[int, ...]  # one variant index per role, in graph order
@@ -93,12 +94,7 @@ class MaspobSettings:
     gate: bool = True
 
     def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if item.type in ("int", "int | None") and value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"maspob setting {item.name} must be an integer >= 1"
-                                 f"{' or null' if item.type != 'int' else ''}, got {value!r}")
+        check_int_fields(self, KEY)
         if self.pool_size < 2:
             raise ValueError(f"maspob setting pool_size must be >= 2 (the seed and one "
                              f"variant), got {self.pool_size!r}")

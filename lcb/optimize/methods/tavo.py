@@ -66,6 +66,7 @@ from lcb.optimize.methods.tavo_parts import (  # noqa: F401 - re-exported for te
     propose,
     with_overlay,
 )
+from lcb.optimize.settings import check_int_fields
 from lcb.teams.centralized import MANAGER, TOOL
 
 KEY = "tavo"
@@ -96,12 +97,9 @@ class TavoSettings:
     merge_sources: int = 8  # (run, agent) edit sets one merge call sees at most
 
     def __post_init__(self) -> None:
+        check_int_fields(self, KEY)
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.type in ("int", "int | None") and value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"tavo setting {item.name} must be an integer >= 1, "
-                                     f"got {value!r}")
             if item.type == "float" and not 0 <= value <= (1 if item.name == "gate_margin"
                                                           else 2):
                 raise ValueError(f"tavo setting {item.name} is out of range, got {value!r}")
