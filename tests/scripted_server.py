@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 import time
 import traceback
@@ -227,6 +228,8 @@ class ScriptedServer:
     latency_s: float
     requests: list[RecordedRequest] = field(default_factory=list)
     script_errors: list[str] = field(default_factory=list)
+    handler_errors: list[str] = field(default_factory=list)
+    hangups: int = 0
     peak_in_flight: int = 0
     in_flight: int = 0
     closing: threading.Event = field(default_factory=threading.Event)
@@ -277,6 +280,18 @@ class _Server(ThreadingHTTPServer):
     # The default backlog (5) drops connections when a batch opens many at once; each drop
     # costs the client a one-second retransmit.
     request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Keep a handler's failure off stderr, which a test may be reading (a CLI runner
+        captures the whole process's output): a client that hangs up mid-request is normal
+        here and only counted; anything else is kept in `handler_errors` for the test."""
+        state: ScriptedServer = self.state  # type: ignore[attr-defined]
+        error = sys.exc_info()[1]
+        with state.lock:
+            if isinstance(error, (ConnectionError, TimeoutError)):
+                state.hangups += 1
+            else:
+                state.handler_errors.append(traceback.format_exc())
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -294,6 +294,7 @@ def test_lcb_run_fills_the_cache_and_replays_it_with_no_endpoint(scripted, tmp_p
     assert "--replay" in manifest["sessions"][0]["command"]
 
 
+@pytest.mark.slow
 def test_an_optimizer_job_caches_each_phase_under_its_purpose_and_replays(
         scripted, tmp_path, monkeypatch):
     monkeypatch.setitem(methods.OPTIMIZERS, "probe", lambda: Probe(passes=1))

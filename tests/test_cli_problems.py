@@ -144,6 +144,7 @@ def test_help_explains_every_option():
     assert "release_latest" in result.stdout and "sample" in result.stdout
 
 
+@pytest.mark.slow
 def test_hub_listing_from_env_configured_offline_cache(tmp_path):
     """A separate process: huggingface_hub reads HF_HUB_CACHE/HF_HUB_OFFLINE from the env."""
     cache = tmp_path / "cache"

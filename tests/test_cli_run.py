@@ -112,6 +112,7 @@ def test_entry_point_refuses_batch_flags_without_batch(flags):
     assert flags[0] in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_keeps_finished_records_and_prints_the_resume_command(scripted, tmp_path,
                                                                         signum):

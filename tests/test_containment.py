@@ -75,6 +75,7 @@ def test_infinite_loop_is_killed_on_time():
     assert 1.0 <= grade.outcomes[0].wall_s < 3.0 and elapsed < 6.0
 
 
+@pytest.mark.slow
 def test_default_time_limit_costs_at_most_six_seconds_plus_margin():
     program = "def add(a, b):\n    while True:\n        pass\n"
     grade, elapsed = guarded_grade(ADD_FUNCTIONAL, program)
@@ -154,6 +155,7 @@ def test_deep_recursion_within_the_prelude_limit_passes():
     assert grade.em == 1
 
 
+@pytest.mark.slow
 def test_unbounded_recursion_with_raised_limit_fails_cleanly():
     program = ("import sys\nsys.setrecursionlimit(10 ** 9)\n"
                "def f(n):\n    return 1 + f(n + 1)\nprint(f(0))\n")

@@ -4,6 +4,7 @@ import asyncio
 import io
 import subprocess
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -63,6 +64,7 @@ def test_reference_solutions_all_pass():
     assert summary["n"] == len(sample_ids()) and summary["em"] == 1.0
 
 
+@pytest.mark.slow
 def test_entry_point_with_no_arguments_runs_the_demo_offline():
     proc = subprocess.run(entry_argv(), cwd=REPO, env=subprocess_env(NO_SERVER),
                           capture_output=True, text=True, timeout=180)

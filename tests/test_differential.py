@@ -5,7 +5,8 @@ test in both. For each probe the default grader must give the probe's expected o
 official grader the same one, except for documented divergence classes (docs/grading.md), where
 it must give the documented official outcome. All grading runs inside a pids cgroup guard, and no
 process may survive it. Time-limit probes cost 6 s each; only those tagged "ci" run unless
-LCB_SLOW_PROBES=1.
+LCB_SLOW_PROBES=1,
+and those are marked `slow`: the fixture grades only the probes the session runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tests.probes.programs import ALL_PROBES, Probe
 RUN_SLOW = os.environ.get("LCB_SLOW_PROBES") == "1"
 SELECTED = [p for p in ALL_PROBES if not p.slow or RUN_SLOW or "ci" in p.tags]
 GRADERS = ("default", "official")
+PARAMS = [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.slow else [])
+          for p in SELECTED]
 
 
 def _first_failure(grade) -> int | None:
@@ -52,10 +55,26 @@ def _grade_everything(probes: list[Probe]) -> dict[tuple[str, str], tuple]:
     return asyncio.run(main())
 
 
+def _probes_in_session(session: pytest.Session) -> list[Probe]:
+    """The probes the selected tests of this module read: each parametrized test's own probe,
+    and every divergent probe for the divergence check."""
+    wanted: set[str] = set()
+    for item in session.items:
+        if item.module.__name__ != __name__ or "results" not in item.fixturenames:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "probe" in callspec.params:
+            wanted.add(callspec.params["probe"].name)
+        else:
+            wanted |= {p.name for p in SELECTED if p.official is not None}
+    return [p for p in SELECTED if p.name in wanted]
+
+
 @pytest.fixture(scope="module")
-def results() -> dict[tuple[str, str], tuple]:
+def results(request: pytest.FixtureRequest) -> dict[tuple[str, str], tuple]:
+    probes = _probes_in_session(request.session)
     with pids_guard(max_pids=400) as guard:
-        graded = guard.call(_grade_everything, SELECTED, timeout_s=600)
+        graded = guard.call(_grade_everything, probes, timeout_s=600)
         assert guard.survivors(settle_s=5.0) == [], "a graded program's process survived"
     return graded
 
@@ -67,14 +86,14 @@ def test_suite_is_large_enough():
     assert len({p.name for p in ALL_PROBES}) == len(ALL_PROBES)
 
 
-@pytest.mark.parametrize("probe", SELECTED, ids=lambda p: p.name)
+@pytest.mark.parametrize("probe", PARAMS)
 def test_default_grader_gives_expected_outcome(results, probe: Probe):
     first_fail, em, verdicts, total = results[(probe.name, "default")]
     assert first_fail == probe.fail_at, f"default verdicts {verdicts}"
     assert em == int(probe.fail_at is None)
 
 
-@pytest.mark.parametrize("probe", SELECTED, ids=lambda p: p.name)
+@pytest.mark.parametrize("probe", PARAMS)
 def test_official_grader_agrees_or_diverges_as_documented(results, probe: Probe):
     first_fail, em, verdicts, total = results[(probe.name, "official")]
     expected = probe.fail_at if probe.official is None else probe.official.official_fail_at

@@ -186,6 +186,7 @@ def test_two_endpoints_share_a_batch_and_the_manifest_lists_both(scripted, tmp_p
     assert manifest["config"]["model"]["base_url"] == a.base_url
 
 
+@pytest.mark.slow
 def test_the_busier_endpoint_gets_fewer_requests(scripted, tmp_path):
     ids = problem_ids(12)
     data = write_problems(tmp_path / "rows.jsonl", ids)

@@ -232,6 +232,7 @@ def test_a_gepa_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     assert (result.baseline, result.deployed) == (2 / 3, 1.0)
 
 
+@pytest.mark.slow
 def test_a_gepa_job_on_a_two_stage_sequential_team(scripted, tmp_path, monkeypatch) -> None:
     """The same job on coder -> debugger: the debugger's program is submitted, so only a fix
     in its prompt helps; the first reflection (on the coder) cannot, so gepa needs a second
@@ -273,6 +274,7 @@ def test_cancelling_the_job_ends_the_worker_thread() -> None:
     assert ctx.calls == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_gepa_job_resumes_to_the_same_result(scripted, tmp_path,
                                                               monkeypatch) -> None:
     """Cancelled in iteration 2 (after 10 charged rollouts) and rerun with the same command:

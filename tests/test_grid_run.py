@@ -71,6 +71,7 @@ def reference(server, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_submitit_runs_the_grid_as_an_array_of_real_jobs(reference, server):
     spec = load_spec(reference)
     assert grid_status(spec, plan(spec))["total"] == {"done": 8, "running": 0, "failed": 0,
@@ -117,6 +118,7 @@ def _kill_mid_way(path: Path) -> None:
     assert running >= 1  # status saw the jobs running just before the kill
 
 
+@pytest.mark.slow
 def test_a_killed_grid_reruns_only_what_is_left_and_ends_as_a_whole_one(reference, server,
                                                                         tmp_path):
     path = write_spec(tmp_path, small_grid(server.base_url))
@@ -166,6 +168,7 @@ def test_a_job_with_no_endpoint_passing_its_check_is_not_started(tmp_path):
     assert f"failed: {job.key}: not started" in render(report)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_runs_the_grid_as_tasks_on_a_local_instance(reference, server, tmp_path):
     pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
@@ -222,6 +225,7 @@ def test_a_preempted_slurm_task_stops_its_job_and_requeues_with_the_same_job(ser
     assert read_state(job)["state"] == "requeued"  # not running: a requeued task runs it
 
 
+@pytest.mark.slow
 def test_a_run_grid_runs_resumable_batches_and_reports_them(server, tmp_path):
     data = small_grid(server.base_url, kind="run", methods=[], topologies=["single"], seeds=[0],
                       settings={"data": "sample", "limit": 2})
@@ -240,6 +244,7 @@ def test_a_run_grid_runs_resumable_batches_and_reports_them(server, tmp_path):
     assert [row["key"] for row in summary["batches"]] == ["run/lcb/single/scripted/0"]
 
 
+@pytest.mark.slow
 def test_the_report_aggregates_the_grid_with_its_table(reference, tmp_path):
     summary, table = report(load_spec(reference), tmp_path)
     assert len(summary["groups"]) == 4 and not summary["incomplete"]

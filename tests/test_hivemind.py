@@ -515,6 +515,7 @@ def rollout_lines(out):
     return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", sorted(ANSWERING))
 def test_a_hivemind_job_end_to_end(scripted, tmp_path, monkeypatch, topology) -> None:
     outcome = planted(scripted, tmp_path, monkeypatch, topology, budget=25)
@@ -558,6 +559,7 @@ def test_a_four_agent_centralized_job_runs_its_masked_coalitions(scripted, tmp_p
     assert len(evidence["values"]) == 16  # 8 run + 8 manager-less valued 0 without a run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", ["independent", "sequential"])
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology) -> None:
     outcome = planted(scripted, tmp_path, monkeypatch, topology, budget=PLANTED_BUDGET)
@@ -570,6 +572,7 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     assert_seed_kept(outcome)
 
 
+@pytest.mark.slow
 def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path) -> None:
     # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the kill lands at
     # 21 charged, in cycle 2, so the rerun fast-forwards to cycle 1's checkpoint

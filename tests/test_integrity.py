@@ -310,6 +310,7 @@ def _batch_with_a_leaking_tool_call(base_url, data, out_dir):
     return sorted(p.name for p in (out_dir / "transcripts").iterdir())
 
 
+@pytest.mark.slow
 def test_a_leaking_python_exec_call_puts_no_key_in_the_transcript(scripted, tmp_path):
     import gzip
 
@@ -356,6 +357,7 @@ def _timed(jobs):
     return grades, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_program_cannot_stretch_its_time_limit():
     one_test = stdin_problem(("1 2\n", "3\n"))
     grades, elapsed = guarded(_timed, [
@@ -487,6 +489,7 @@ def _starve():
     return grade
 
 
+@pytest.mark.slow
 @ROOT_ONLY
 def test_a_program_with_sixty_spinners_does_not_starve_its_neighbour():
     if not Path("/sys/fs/cgroup/cpu/cgroup.procs").exists():

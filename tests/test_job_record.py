@@ -148,6 +148,7 @@ def test_opt_tests_limit_the_optimize_rollouts_only(scripted, tmp_path, monkeypa
     assert all(r["tests_run"] == r["total"] > 1 for r in evals)  # validation: every test
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_entry_point_like_ctrl_c(scripted, tmp_path):
     stalled = {"on": True}
     model = TeamModel(sample_problems())

@@ -471,6 +471,7 @@ def _reflect_prompts(out) -> list[tuple[str, str, float]]:
 @pytest.mark.parametrize(("topology", "agents"), [
     ("independent", {"coder_0", "coder_1"}), ("sequential", {"coder", "debugger"}),
     ("decentralized", {"debater_0", "debater_1"})])
+@pytest.mark.slow
 def test_a_job_end_to_end(scripted, tmp_path, monkeypatch, topology, agents) -> None:
     """optimize -> validate -> test through the scripted server (centralized: below, with a
     manager that delegates)."""
@@ -519,6 +520,7 @@ class DelegatingModel:
         return self.team(_without_demos(request))
 
 
+@pytest.mark.slow
 def test_a_centralized_job_reflects_on_the_delegated_worker_run(scripted, tmp_path,
                                                                 monkeypatch) -> None:
     """optimize -> validate -> test, the manager delegating once per problem: both roles'
@@ -575,6 +577,7 @@ def team_responder(text: str) -> str | None:
 
 @pytest.mark.parametrize(("topology", "role"), [("independent", "coder"),
                                                 ("sequential", "debugger")])
+@pytest.mark.slow
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, role):
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="mamut_gepa",
                           topology=topology, team_size=2, budget=PLANTED_BUDGET,
@@ -590,6 +593,7 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
     assert_seed_kept(outcome)
 
 
+@pytest.mark.slow
 def test_a_killed_job_resumes_to_the_uninterrupted_result(scripted, tmp_path):
     assert_resumes_to_whole(scripted, tmp_path, "mamut_gepa", budget=PLANTED_BUDGET,
                             responders=[team_responder])

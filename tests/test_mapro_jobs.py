@@ -29,6 +29,7 @@ def _purposes(out):
         return [json.loads(line)["purpose"] for line in handle if line.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", sorted(TEAMS))
 def test_a_planted_job_deploys_the_fix_on_every_team(scripted, tmp_path, monkeypatch,
                                                        topology):
@@ -76,6 +77,7 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
     assert maps and all(e.rejected_by == "gate" for e in maps)
 
 
+@pytest.mark.slow
 def test_a_killed_job_resumes_to_the_same_result(scripted, tmp_path):
     settings = [f"{key}={value}" for key, value in {**JOB, "train_rows": 6}.items()]
     assert_resumes_to_whole(scripted, tmp_path, "mapro", budget=18,  # 12 charged: two passes

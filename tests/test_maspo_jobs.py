@@ -62,6 +62,7 @@ def _history_holds_the_evidence(out) -> list:
 
 @pytest.mark.parametrize(("topology", "role"), [("centralized", "manager"),
                                                 ("decentralized", "debater")])
+@pytest.mark.slow
 def test_a_maspo_job_end_to_end(scripted, tmp_path, monkeypatch, topology, role) -> None:
     """optimize -> validate -> test on the star and the debate (the chain and the independent
     team run end to end in the planted tests below): proposals scored with their evidence,
@@ -81,6 +82,7 @@ def test_a_maspo_job_end_to_end(scripted, tmp_path, monkeypatch, topology, role)
 
 @pytest.mark.parametrize(("topology", "role"), [("independent", "coder"),
                                                 ("sequential", "debugger")])
+@pytest.mark.slow
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, role) -> None:
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="maspo", topology=topology,
                           team_size=2, budget=PLANTED_BUDGET, answering_role=role,
@@ -100,6 +102,7 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     assert any(FIX in e.bundle["coder"] for e in scored)  # proposed, judged, not adopted
 
 
+@pytest.mark.slow
 def test_kill_and_rerun_reaches_the_same_result(scripted, tmp_path) -> None:
     assert_resumes_to_whole(scripted, tmp_path, "maspo", budget=15, topology="sequential",
                             settings=["minibatch=3", "steps_per_turn=1", "max_depth=1"],

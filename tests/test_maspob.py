@@ -392,6 +392,7 @@ def planted(scripted, tmp_path, monkeypatch, topology, *, control=False, budget=
                        responders=[maspob_responder], settings=settings)
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize("topology", ["independent", "sequential"])
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, hashing, topology):
@@ -401,12 +402,14 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, hashing, t
     assert any(e.kind == "proposal" and e.scored_on == "train" for e in history)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch, hashing):
     outcome = planted(scripted, tmp_path, monkeypatch, "independent", control=True)
     assert_seed_kept(outcome)
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize("topology", ["centralized", "decentralized"])
 def test_a_job_end_to_end(scripted, tmp_path, monkeypatch, hashing, topology):
@@ -435,6 +438,7 @@ def test_a_job_end_to_end(scripted, tmp_path, monkeypatch, hashing, topology):
     assert_fix_deployed(outcome)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_a_killed_job_with_the_gate_resumes_to_the_same_result(scripted, tmp_path, hashing):
     # killed after 7 charged rollouts (helpers_resume's draw for "maspob"): in pull 3; the

@@ -163,6 +163,7 @@ def test_flatten_request_keeps_system_and_messages() -> None:
     assert flatten_request(two) == "[user]\nhello\n\n[assistant]\nhello"
 
 
+@pytest.mark.slow
 def test_a_mipro_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     """optimize -> validate -> test with the independent team, through the scripted server."""
     splits = sample_splits()
@@ -180,6 +181,7 @@ def test_a_mipro_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     assert (result.baseline, result.deployed) == (2 / 3, 1.0)
 
 
+@pytest.mark.slow
 def test_a_mipro_job_on_a_two_stage_sequential_team(scripted, tmp_path, monkeypatch) -> None:
     """mipro on coder -> debugger: two prompt slots, each with its own instruction candidates
     and demos; only a fix in the debugger's (the submitting stage's) prompt helps."""

@@ -131,6 +131,7 @@ def test_missing_package_says_how_to_install(monkeypatch):
         grade_official(SUM, SUM_OK)
 
 
+@pytest.mark.slow
 def test_program_ignoring_sigalrm_is_killed_by_the_watchdog():
     code = ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
             "while True:\n    pass\n")
@@ -140,6 +141,7 @@ def test_program_ignoring_sigalrm_is_killed_by_the_watchdog():
     assert time.monotonic() - started < 5.0  # timeout + 1 s, far below the global 17 s
 
 
+@pytest.mark.slow
 def test_watchdog_counts_from_the_last_started_test():
     code = ("import signal\nclass Solution:\n    calls = 0\n    def minMax(self, nums):\n"
             "        Solution.calls += 1\n        if Solution.calls == 3:\n"

@@ -161,6 +161,7 @@ def test_evaluations_resume_per_item(scripted, tmp_path):
     assert json.loads((out / "result.json").read_text())["items"] == json.loads(before)["items"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_optimization_resumes_and_charges_nothing_twice(scripted, tmp_path,
                                                                         monkeypatch):
     out = tmp_path / "job"
@@ -216,6 +217,7 @@ def _entry(base_url, *args):
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_the_entry_point_prints_one_json_line(scripted, tmp_path):
     server = scripted(TeamModel(sample_problems()))
     out = tmp_path / "job"
@@ -241,6 +243,7 @@ def test_the_entry_point_prints_one_json_line(scripted, tmp_path):
     assert not (tmp_path / "z" / "job.json").exists()  # refused before any work
 
 
+@pytest.mark.slow
 def test_a_missing_endpoint_stops_the_job_before_any_work(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -25,6 +25,7 @@ CASES = [(method, topology) for method, (_, topologies) in PLANTED.items()
          for topology in topologies]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "topology"), CASES)
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, method, topology):
     budget = PLANTED[method][0]
@@ -34,6 +35,7 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, method, to
     assert_fix_deployed(outcome)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(PLANTED))
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch, method):
     budget = PLANTED[method][0]

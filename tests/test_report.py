@@ -339,6 +339,7 @@ def test_outcome_keeps_infrastructure_errors_apart():
                     "error": "line 3: grading failed"}) == "infra_error"
 
 
+@pytest.mark.slow
 def test_report_folder_size_for_a_50_by_9_by_4_by_3_grid(tmp_path):
     """108 jobs of 50 test items (9 methods × 4 topologies × 3 seeds): the folder stays small
     (the bootstrap is cut to 200 resamples here; the size does not depend on it)."""

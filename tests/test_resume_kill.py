@@ -10,6 +10,7 @@ from tests.scripted_server import scripted_fixture  # noqa: F401
 pytestmark = pytest.mark.timeout(600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["gepa", "mipro"])
 def test_a_killed_job_resumes_to_the_uninterrupted_result(scripted, tmp_path, method):
     assert_resumes_to_whole(scripted, tmp_path, method)

@@ -98,6 +98,7 @@ def finished(scripted, tmp_path):
 
 @pytest.mark.parametrize(("key", "change", "before", "after"), CHANGES,
                          ids=[change[0] for change in CHANGES])
+@pytest.mark.slow
 def test_a_resume_with_another_setting_is_refused_and_changes_nothing(finished, key, change,
                                                                       before, after):
     ids, data, server, out = finished
@@ -278,6 +279,7 @@ def test_plain_progress_prints_at_start_then_after_10_s_and_5_percent(monkeypatc
     assert lines() == ["0/100", "5/100", "11/100", "12/100"]
 
 
+@pytest.mark.slow
 def test_a_batch_under_a_log_file_shows_its_banner_and_progress_within_seconds(scripted,
                                                                              tmp_path):
     ids, data, server, out = solvable_batch(scripted, tmp_path, 4, latency_s=3.0)

@@ -127,6 +127,7 @@ def test_a_problem_over_its_time_budget_is_an_error_record(scripted, tmp_path):
     assert records[ids[1]]["em"] == 1
 
 
+@pytest.mark.slow
 def test_a_timed_out_problem_records_the_usage_spent_before_the_timeout(scripted, tmp_path):
     [qid] = problem_ids(1)
     data = write_problems(tmp_path / "rows.jsonl", [qid])
@@ -255,6 +256,7 @@ def test_a_batch_freezes_what_outlives_it_so_full_collections_stay_short(scripte
     assert probe() is None  # collected before the freeze, not kept for good
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_loses_and_duplicates_nothing(scripted, tmp_path):
     ids, data, server, out = solvable_batch(scripted, tmp_path, 10, latency_s=0.3)
     proc = start_batch(server.base_url, data, out)

@@ -210,3 +210,24 @@ def test_errors_before_a_stream_are_plain_json():
         status, body, _ = post(server.base_url, {**chat("q"), "stream": True})
     assert status == 503 and body["error"]["message"] == "scripted HTTP 503"
     assert not server.requests[0].streamed
+
+
+def test_a_client_that_resets_mid_request_leaves_stderr_untouched(capfd):
+    """A hang-up is normal for the server: counted, never printed where a test reads output."""
+    import socket
+    import struct
+
+    with scripted_server(["ok"]) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        time.sleep(0.05)  # the handler is now blocked reading the body
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # a reset, as a client that gives up mid-request sends
+        deadline = time.monotonic() + 5
+        while server.hangups + len(server.handler_errors) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (server.hangups, server.handler_errors) == (1, [])
+        assert post(server.base_url, chat("after"))[0] == 200
+    assert capfd.readouterr().err == ""

@@ -52,6 +52,7 @@ class SumModel:
         return fenced(WRONG if wrong else RIGHT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "floor"), [("mipro", 570), ("gepa", 600 - 55)])
 def test_a_standard_size_job_spends_its_budget(scripted, tmp_path, monkeypatch, method, floor):
     for name in REFLECTION_ENV:

@@ -37,6 +37,7 @@ def call_records(server, n_calls: int = 1, **config) -> list[CallRecord]:
     return asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_slow_stream_that_never_pauses_past_the_idle_timeout_completes():
     steady = Reply(fenced(PROGRAM), chunk_chars=4, chunk_delay_s=0.1)
     with scripted_server([steady]) as server:

@@ -555,6 +555,7 @@ def _proposal_rounds(outcome) -> list[int]:
 
 @pytest.mark.parametrize(("topology", "role"), [("independent", "coder"),
                                                 ("sequential", "debugger")])
+@pytest.mark.slow
 def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, role) -> None:
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="tavo", topology=topology,
                           team_size=2, budget=PLANTED_BUDGET, answering_role=role,
@@ -573,6 +574,7 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     assert proposal.rejected_by == "gate" and FIX in proposal.bundle["coder"]
 
 
+@pytest.mark.slow
 def test_end_to_end_on_decentralized(scripted, tmp_path, monkeypatch) -> None:
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="tavo",
                           topology="decentralized", team_size=2, budget=PLANTED_BUDGET,
@@ -605,6 +607,7 @@ def bad_coder_rewrite(text: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["overlay", "rewrite"])
 def test_centralized_credits_the_delegated_worker(scripted, tmp_path, monkeypatch, mode) -> None:
     monkeypatch.setattr(helpers_planted, "TeamModel", DelegatingTeam)
@@ -639,6 +642,7 @@ def _rules_that_grow(text: str) -> list[str]:
             *(["Keep the program short."] if FIX in current else [])]
 
 
+@pytest.mark.slow
 def test_a_job_killed_in_round_two_resumes_to_the_whole_result(scripted, tmp_path) -> None:
     # 3 (seed) + 6 (round 1: 3 train, 3 validation) + 6 (round 2) = 15; the kill lands at
     # 10, in round 2's train batch

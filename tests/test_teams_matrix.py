@@ -46,6 +46,7 @@ def make_script(problems, fmt_of):
     return script
 
 
+@pytest.mark.slow
 def test_all_teams_sizes_and_formats_run_end_to_end(problems):
     # one problem per combination (sample problems reused across rounds of 14)
     plan = [(combo, problems[i % len(problems)]) for i, combo in enumerate(COMBOS)]
