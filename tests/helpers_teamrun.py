@@ -78,11 +78,13 @@ def passing_grade(total: int = 3) -> Grade:
 @dataclass
 class CountingPool:
     """A stand-in pool: records each call's (problem id, code, tests, timeout), waits `delay_s`,
-    raises `GradingError` on the first `fail_first` calls, else answers a passing grade on the
+    raises `GradingError` on the first `fail_first` calls, answers an `infra` grade (grading
+    failed twice, as a real pool does) on the next `infra_first`, else a passing grade on the
     tests it was given."""
 
     delay_s: float = 0.0
     fail_first: int = 0
+    infra_first: int = 0
     sandbox: str = "process"
     calls: list[tuple[str, str, int | None, float]] = field(default_factory=list)
 
@@ -92,7 +94,11 @@ class CountingPool:
         await asyncio.sleep(self.delay_s)
         if len(self.calls) <= self.fail_first:
             raise GradingError("the grading worker raised: scripted failure")
-        return passing_grade(len(problem.hidden_tests) if tests is None else len(tests))
+        total = len(problem.hidden_tests) if tests is None else len(tests)
+        if len(self.calls) <= self.fail_first + self.infra_first:
+            return Grade.infra_failure("scripted: the program's host went away", total=total,
+                                       grader=grader)
+        return passing_grade(total)
 
 
 def by_id() -> Mapping[str, Problem]:

@@ -297,9 +297,11 @@ def test_cost_comes_from_result_json_else_ledger_and_history(tmp_path):
     zero = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
     first, second = (row["cost"] for row in gepa["seeds"])
     assert first == {"budget": 30, "charged": 29, "proposals": 4, "accepted": 1,
+                     "infra_failures": None,
                      "uncharged": {**RESULT_COST["uncharged"], "probe": zero},
                      "source": "result.json"}
     assert second == {"budget": 30, "charged": 27, "proposals": 3, "accepted": 1,
+                      "infra_failures": 1,  # the ledger's: not charged, counted apart
                       "uncharged": {"reflect": {"calls": 4, "prompt_tokens": 1000,
                                                 "completion_tokens": 150},
                                     "judge": {"calls": 1, "prompt_tokens": 40,
@@ -309,7 +311,7 @@ def test_cost_comes_from_result_json_else_ledger_and_history(tmp_path):
                       "source": "ledger.json"}
     # tokens per seed: reflect 1200 and 1150, judge 310 and 42, probe 0 and 50
     assert gepa["cost"] == {"budget": 30, "charged_mean": 28.0, "proposals_mean": 3.5,
-                            "accepted_mean": 1.0,
+                            "accepted_mean": 1.0, "infra_failures_mean": 1.0,
                             "tokens_mean": {"reflect": 1175.0, "judge": 176.0, "probe": 25.0}}
     row = markdown_table(aggregate(root, resamples=10)).splitlines()[2]
     assert row.endswith("| 28 / 30 | 3.5 (1) | 1175 / 176 / 25 |")
@@ -318,9 +320,10 @@ def test_cost_comes_from_result_json_else_ledger_and_history(tmp_path):
 def test_a_job_without_ledger_or_cost_shows_unknown_spend(grid):
     gepa = group(aggregate(grid, resamples=10), "gepa")
     assert gepa["seeds"][0]["cost"] == {"budget": 600, "charged": None, "proposals": 0,
-                                        "accepted": 0, "uncharged": None, "source": None}
+                                        "accepted": 0, "infra_failures": None,
+                                        "uncharged": None, "source": None}
     assert gepa["cost"] == {"budget": 600, "charged_mean": None, "proposals_mean": 0.0,
-                            "accepted_mean": 0.0,
+                            "accepted_mean": 0.0, "infra_failures_mean": None,
                             "tokens_mean": {"reflect": None, "judge": None, "probe": None}}
     table = markdown_table(aggregate(grid, resamples=10))
     assert "| — / 600 | 0 (0) | — / — / — |" in table

@@ -190,13 +190,14 @@ def test_cli_bad_team_options_stop_before_any_work(tmp_path, args, message):
 
 
 def test_run_and_score_offer_the_same_grader_and_sandbox_choices():
+    # ... and `lcb score` one more grader: `both` (the default and the official, compared)
     from lcb.grading.launch import SANDBOXES
     from lcb.grading.pool import GRADERS
 
-    for command in ("run", "score"):
+    for command, extra in (("run", ()), ("score", ("both",))):
         result = invoke(command, "--help", terminal_width=200)
         assert result.exit_code == 0, result.output
-        assert f"<{'|'.join(GRADERS)}>" in result.output
+        assert f"<{'|'.join((*GRADERS, *extra))}>" in result.output
         assert f"<{'|'.join(SANDBOXES)}>" in result.output
 
 

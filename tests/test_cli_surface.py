@@ -63,7 +63,7 @@ def test_version_prints_the_package_version():
     ("run", ["<single|independent|sequential|centralized|decentralized>", "<default|official>",
              "<process|bwrap>", "<freeform|semi_structured|structured_soft>",
              "<easy|medium|hard>", "<atcoder|leetcode|codeforces>"]),
-    ("score", ["<default|official>", "<process|bwrap>", "<easy|medium|hard>"]),
+    ("score", ["<default|official|both>", "<process|bwrap>", "<easy|medium|hard>"]),
     ("problems", ["<easy|medium|hard>", "<atcoder|leetcode|codeforces>"]),
     ("optimize", ["METHOD", "Optimizer method: identity, gepa, mipro, mamut_gepa, tavo,",
                   "maspo, hivemind, mapro, maspob", "<optimize|validate|test|all>",

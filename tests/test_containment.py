@@ -23,7 +23,7 @@ from helpers_grading import (
     stdin_problem,
 )
 
-from lcb.grading import GradingError, GradingPool, Verdict
+from lcb.grading import GradingPool, Verdict, landlock
 from lcb.grading.contain import Limits
 
 GUARD_PIDS = 400
@@ -126,9 +126,14 @@ def test_setsid_grandchild_does_not_survive_the_grading_call():
 
 
 def test_killing_the_parent_does_not_kill_the_worker():
+    # The parent is the program's own host. The program's process sits in a Landlock domain
+    # nested in its host's, so the signal is refused and the program fails on its own account;
+    # without that scoping (Landlock ABI < 6) the host dies and grading failed (infra, on a
+    # fresh slot too). Either way the pool goes on (see guarded_grade).
     program = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)\n"
     grade, _ = guarded_grade(SUM_STDIN, program)
-    assert first(grade) is Verdict.RUNTIME_ERROR and grade.em == 0
+    expected = Verdict.RUNTIME_ERROR if landlock.abi() >= 6 else Verdict.INFRA
+    assert first(grade) is expected and grade.em == 0
 
 
 def test_deleting_files_in_cwd_touches_nothing_outside(tmp_path):
@@ -229,22 +234,22 @@ def _grade_while_worker_dies():
         [victim] = pool.worker_pids()
         threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
         started = time.monotonic()
-        try:
-            pool.grade_sync(SUM_STDIN, "while True:\n    pass\n", timeout_s=20.0)
-            outcome = "no error"
-        except GradingError as exc:
-            outcome = str(exc)
+        grade = pool.grade_sync(stdin_problem(("1 2\n", "3\n")), "while True:\n    pass\n",
+                                timeout_s=3.0)
         elapsed = time.monotonic() - started
         recovered = pool.grade_sync(SUM_STDIN, SUM_OK).em
         replaced = pool.worker_pids() != [victim]
-    return outcome, elapsed, recovered, replaced
+    return [o.verdict for o in grade.outcomes], elapsed, recovered, replaced
 
 
-def test_a_worker_killed_mid_call_raises_and_the_pool_recovers():
+@pytest.mark.slow
+def test_a_worker_killed_mid_call_is_replaced_and_the_program_graded_again():
+    # Grading failed, not the program: it is graded again on a fresh slot, to its real verdict.
     with pids_guard(max_pids=GUARD_PIDS) as guard:
-        outcome, elapsed, recovered, replaced = guard.call(_grade_while_worker_dies, timeout_s=60)
+        verdicts, elapsed, recovered, replaced = guard.call(_grade_while_worker_dies,
+                                                            timeout_s=60)
         assert guard.survivors(settle_s=5.0) == []
-    assert "worker died" in outcome and elapsed < 5.0
+    assert verdicts == [Verdict.TIME_LIMIT] and elapsed < 12.0
     assert recovered == 1 and replaced
 
 

@@ -45,7 +45,8 @@ def _grade_everything(probes: list[Probe]) -> dict[tuple[str, str], tuple]:
         grade = await pool.grade(problem, probe.code, grader=grader,
                                  tests=official_tests(problem))
         verdicts = tuple(o.verdict.value for o in grade.outcomes)
-        return (probe.name, grader), (_first_failure(grade), grade.em, verdicts, grade.total)
+        return (probe.name, grader), (_first_failure(grade), grade.em, verdicts, grade.total,
+                                      grade.to_record())
 
     async def main():
         async with GradingPool() as pool:
@@ -88,14 +89,14 @@ def test_suite_is_large_enough():
 
 @pytest.mark.parametrize("probe", PARAMS)
 def test_default_grader_gives_expected_outcome(results, probe: Probe):
-    first_fail, em, verdicts, total = results[(probe.name, "default")]
+    first_fail, em, verdicts, total = results[(probe.name, "default")][:4]
     assert first_fail == probe.fail_at, f"default verdicts {verdicts}"
     assert em == int(probe.fail_at is None)
 
 
 @pytest.mark.parametrize("probe", PARAMS)
 def test_official_grader_agrees_or_diverges_as_documented(results, probe: Probe):
-    first_fail, em, verdicts, total = results[(probe.name, "official")]
+    first_fail, em, verdicts, total = results[(probe.name, "official")][:4]
     expected = probe.fail_at if probe.official is None else probe.official.official_fail_at
     assert first_fail == expected, f"official verdicts {verdicts}"
     assert em == int(expected is None)
@@ -110,3 +111,18 @@ def test_divergent_probes_really_differ(results):
         default = results[(probe.name, "default")][0]
         official = results[(probe.name, "official")][0]
         assert default != official, probe.name
+
+
+@pytest.mark.parametrize("probe", PARAMS)
+def test_the_agreement_classifier_names_the_documented_class(results, probe: Probe):
+    # The corpus of lcb.grading.agreement: each divergent probe's real grades must be put in
+    # its documented class, each agreeing probe's must agree (both graders saw the same tests).
+    from lcb.grading.agreement import compare
+
+    mode = PROBLEMS[probe.problem_id].mode.value
+    compared = compare(probe.code, mode=mode, default=results[(probe.name, "default")][4],
+                       official=results[(probe.name, "official")][4])
+    if probe.official is None:
+        assert (compared.agree, compared.divergence) == (True, None)
+    else:
+        assert (compared.agree, compared.divergence) == (False, probe.official.kind)

@@ -145,3 +145,32 @@ def test_a_retry_after_a_grading_failure_grades_again_without_running_the_team(s
     assert (ledger.charged, ledger.infra_failures) == (1, 1)
     assert ledger.failed_attempt_tokens == {"calls": 0, "prompt_tokens": 0,
                                             "completion_tokens": 0}
+
+
+def test_an_infra_grade_is_not_cached():
+    pool = CountingPool(infra_first=1)
+    cache = GradeCache(pool)
+
+    async def main():
+        return await cache.grade(A, "x"), await cache.grade(A, "x"), await cache.grade(A, "x")
+
+    lost, again, cached = asyncio.run(main())
+    assert lost.infra and not again.infra and again.em == 1 and cached is again
+    assert len(pool.calls) == 2
+
+
+def test_an_infra_grade_is_refunded_and_graded_again_without_running_the_team(scripted):
+    server = scripted(RefusingModel())
+    pool = CountingPool(infra_first=1)
+
+    async def main():
+        async with team_runner(server.base_url, pool=pool) as runner:
+            ledger = BudgetLedger(3)
+            bundle = bundle_of("single")
+            rollout = await ledger.arun_rollout(lambda: runner.attempt(bundle, A, seed=5))
+            return rollout, ledger
+
+    rollout, ledger = asyncio.run(main())
+    assert rollout.score == 1.0 and not rollout.grade.infra
+    assert len(server.chat_requests()) == 1 and len(pool.calls) == 2
+    assert (ledger.charged, ledger.infra_failures) == (1, 1)

@@ -333,6 +333,25 @@ def test_a_lost_buffered_answer_fails_as_under_python(pool):
     assert verdicts(pool.grade_sync(SUM_STDIN, program)) == ["runtime_error"]
 
 
+def test_atexit_handlers_print_as_under_python(pool):
+    # `python prog.py` runs atexit handlers at exit (most recent first); one that raises, even
+    # SystemExit, is printed to stderr and ignored: the exit status stays 0.
+    program = ("import atexit, sys\na, b = map(int, input().split())\n"
+               "atexit.register(print, a + b)\natexit.register(sys.exit, 3)\n")
+    assert verdicts(pool.grade_sync(SUM_STDIN, program)) == ["passed"] * 3
+
+
+@pytest.mark.parametrize("opened", [
+    "open(1, 'w')", "os.fdopen(1, 'w')", "io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, 'w')))"])
+def test_a_file_on_fd_1_never_flushed_is_flushed_after_stdout_as_under_python(pool, opened):
+    # CPython flushes sys.stdout at exit, then the file object's finalizer flushes it as the
+    # modules are torn down: "1" (print) comes before "2" (the file object).
+    problem = stdin_problem(("1 2\n", "1\n2\n"))
+    program = (f"import io, os\na, b = map(int, input().split())\nout = {opened}\n"
+               "out.write(f'{b}\\n')\nprint(a)\n")
+    assert verdicts(pool.grade_sync(problem, program)) == ["passed"]
+
+
 def test_a_thread_still_running_is_a_time_limit_as_for_a_real_process(pool):
     program = ("import threading, time\n" + SUM_OK
                + "threading.Thread(target=time.sleep, args=(30,)).start()\n")

@@ -341,11 +341,18 @@ print(3)
 """
 STALL_THE_CHANNEL = """\
 import os, time
+def _open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+CHANNEL = next(fd for fd in range(3, 1024) if _open(fd))  # the one descriptor past stderr
 class Solution:
     def add(self, a, b):
         end = time.monotonic() + 4
         while time.monotonic() < end:
-            os.write(3, b"{")
+            os.write(CHANNEL, b"{")
             time.sleep(0.05)
         return a + b
 """
@@ -362,10 +369,18 @@ def test_a_program_cannot_stretch_its_time_limit():
     one_test = stdin_problem(("1 2\n", "3\n"))
     grades, elapsed = guarded(_timed, [
         (one_test, STOP_THE_HOST.format(spin=3), {"timeout_s": 1.0}),
-        (one_test, STOP_THE_HOST.format(spin=60), {"timeout_s": 1.0}),
         (ADD_FUNCTIONAL, STALL_THE_CHANNEL, {"timeout_s": 1.0})])
-    assert [verdicts(g) for g in grades] == [["time_limit"]] * 3, [g.feedback for g in grades]
-    assert elapsed < 25.0  # each is stopped within its limit plus the judge's slack
+    # The program's process cannot signal its host (a nested Landlock domain): stopping it is
+    # refused, so the program fails on its own account, never as a time limit bought by a
+    # silent host; a channel kept busy does not stop the clock.
+    stopped, stalled = grades
+    if landlock.abi() >= 6:
+        assert verdicts(stopped) == ["runtime_error"], stopped.feedback
+        assert "PermissionError" in stopped.feedback.error
+    else:  # no scoping: the host is lost, graded again, then infra (never a time limit)
+        assert verdicts(stopped) in (["time_limit"], ["infra"]), stopped.feedback
+    assert verdicts(stalled) == ["time_limit"], stalled.feedback
+    assert elapsed < 20.0  # each is stopped within its limit plus the judge's slack
 
 
 # (g) No remount and no write outside its own directories, whatever the tier.

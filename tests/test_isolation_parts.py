@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lcb.grading import claims, landlock, privilege, values, wire
+from lcb.grading import claims, landlock, privilege, seccomp, values, wire
 from lcb.grading.cgroups import Jail
 from lcb.grading.judge import HostLost, check_report
 from lcb.grading.mounts import blocked_ancestor
@@ -277,11 +277,105 @@ def test_landlock_confines_reads_and_writes(tmp_path):
 
 
 def test_programs_may_read_the_interpreter_but_not_lcb_or_its_data():
-    roots = read_roots()
+    roots = read_roots().read
     assert not any(ROOT == r or ROOT.startswith(r.rstrip("/") + "/") for r in roots)
     assert os.path.realpath(sys.base_prefix) in roots
     if os.path.realpath(sys.prefix).startswith(ROOT + "/"):
         assert os.path.realpath(sys.prefix) in roots  # a venv inside the checkout is fine
+
+
+def installed_layout(base: Path) -> Path:
+    """A venv's site-packages under `base` that holds an installed lcb beside other packages."""
+    site = base / "venv" / "lib" / "python3.x" / "site-packages"
+    for name in ("lcb/data/sample", "lcb-0.1.0.dist-info", "numpy"):
+        (site / name).mkdir(parents=True)
+    for name, text in (("lcb/__init__.py", "SECRET = 1\n"), ("lcb/data/sample/test.jsonl", "{}"),
+                       ("lcb-0.1.0.dist-info/RECORD", "lcb/__init__.py\n"),
+                       ("numpy/__init__.py", "X = 1\n"), ("six.py", "Y = 2\n"),
+                       ("__editable__.lcb-0.1.0.pth", "/elsewhere\n")):
+        (site / name).write_text(text)
+    return site
+
+
+def test_an_installed_lcb_is_taken_out_of_its_site_packages_entry_by_entry(tmp_path,
+                                                                          monkeypatch):
+    from lcb.grading.visible import own_paths
+
+    site = installed_layout(tmp_path)
+    own = own_paths(str(site))
+    assert own == tuple(str(site / n) for n in ("__editable__.lcb-0.1.0.pth", "lcb",
+                                                  "lcb-0.1.0.dist-info"))
+    monkeypatch.setattr(sys, "path", [str(site)])
+    visible = read_roots(own)
+    assert {str(site / "numpy"), str(site / "six.py")} <= set(visible.read)
+    assert str(site) in visible.listed and set(visible.hidden) == set(own)
+    assert not any(p == o or p.startswith(o + "/") or o.startswith(p + "/")
+                   for p in visible.read for o in own)
+    assert own_paths(ROOT) == (os.path.realpath(ROOT),)  # a checkout is lcb's whole
+
+
+def test_a_view_shows_a_directory_whole_but_covers_what_it_hides():
+    from lcb.grading.mounts import _steps
+
+    steps = _steps(["/v", "/v/site/numpy", "/v/site/six.py", "/v/site/lcb/vendored"],
+                   ["/v/site/lcb", "/elsewhere/lcb"])
+    assert steps == [("bind", "/v"), ("cover", "/v/site/lcb"),
+                     ("bind", "/v/site/lcb/vendored")]
+
+
+@ROOT_ONLY
+def test_a_view_over_a_locked_home_keeps_packages_and_hides_lcb():
+    import shutil
+    import tempfile
+
+    from lcb.grading import mounts
+    from lcb.grading.visible import own_paths
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        site = installed_layout(base / "home")
+        (base / "home" / "private.txt").write_text("a home's files")
+        (base / "home").chmod(0o700)
+        own = own_paths(str(site))
+        wanted = [str(site / "numpy"), str(site / "six.py"), str(site)]
+
+        def probe():
+            mounts.readable_view(wanted, 2147400255, hidden=own)
+            return [os.path.exists(site / name) and bool((site / name).read_text()) for name in
+                    ("numpy/__init__.py", "six.py", "lcb/__init__.py",
+                     "lcb-0.1.0.dist-info/RECORD", "__editable__.lcb-0.1.0.pth")
+                    ] + [(base / "home" / "private.txt").exists()]
+
+        assert in_child(probe) == (0, str([True, True, False, False, False, False]))
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.skipif(not seccomp.available(), reason="no seccomp filter for this machine")
+def test_without_a_network_namespace_seccomp_refuses_every_socket():
+    # The no-root fallback: no socket() of any family (so no UDP and no abstract unix socket
+    # reaches another program), no memfd beyond an unenforced cap, no shared System V IPC;
+    # a socketpair still works.
+    import ctypes
+
+    def probe():
+        seccomp.install(sockets=False, memory=False, ipc=False)
+        outcomes = []
+        for attempt in (lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+                        lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM),
+                        lambda: os.memfd_create("hoard"), socket.socketpair):
+            try:
+                attempt()
+                outcomes.append("allowed")
+            except PermissionError:
+                outcomes.append("refused")
+        libc = ctypes.CDLL(None, use_errno=True)
+        outcomes.append("refused" if libc.shmget(0, 4096, 0o1600) < 0 else "allowed")
+        return outcomes
+
+    assert in_child(probe) == (0, str(["refused"] * 3 + ["allowed", "refused"]))
+    assert in_child(lambda: (seccomp.install(), socket.socket().close())[0]) == (0, "True")
 
 
 def test_the_view_finds_the_topmost_directory_others_cannot_enter():

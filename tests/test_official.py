@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from helpers_grading import make_problem
 
 from lcb.data.problems import Mode
 from lcb.data.problems import Test as Case
@@ -152,6 +153,17 @@ def test_watchdog_counts_from_the_last_started_test():
     grade = grade_official(MINMAX, code, timeout_s=1)
     assert grade.em == 0 and grade.outcomes[0].verdict is Verdict.TIME_LIMIT
     assert time.monotonic() - started < 6.0  # global limit would be (1 + 1) * 4 + 5 = 13 s
+
+
+@pytest.mark.slow
+def test_watchdog_does_not_count_the_official_codes_own_work():
+    # The program prints 1.5M lines at once; LiveCodeBench then compares them one by one as
+    # Decimals ("1" vs "1.0"), with no alarm armed, for longer than timeout + 1 s. It passes,
+    # as in LiveCodeBench; only the global limit, (1 + 1) * 1 + 5 = 7 s, bounds that work.
+    lines = 1_500_000
+    problem = make_problem([(f"{lines}\n", "1.0\n" * lines)])
+    code = "import sys\nsys.stdout.write('1\\n' * int(input()))\n"
+    assert _verdicts(grade_official(problem, code, timeout_s=1)) == ["passed"]
 
 
 def test_exit_escaping_run_test_is_a_runtime_error():

@@ -339,6 +339,37 @@ def test_outcome_keeps_infrastructure_errors_apart():
                     "error": "line 3: grading failed"}) == "infra_error"
 
 
+def test_health_counts_infra_apart_with_pass_at_1_without_it(tmp_path):
+    run = write_run(tmp_path / "run", {"p0": [1], "p1": [0], "p2": [0]})
+    records = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    records[2].update(verdicts=["infra"], error="grading failed (infra): the host went away")
+    (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (cond,) = collect([tmp_path]).conditions
+    got = health(cond)
+    assert (got["infra_error"], got["n_infra"]) == (1, 1)
+    assert got["em_graded"] == 0.5 and scores(cond)["em"] == pytest.approx(1 / 3)
+    assert (scores(cond)["n_infra"], scores(cond)["em_graded"]) == (1, 0.5)
+
+
+@pytest.mark.slow
+def test_a_results_file_graded_by_both_graders_shows_its_agreement(tmp_path):
+    from lcb.data.samples import reference_solution
+
+    right = reference_solution("lcbs_abc901_a")
+    lines = [{"id": "lcbs_abc901_a", "code": right},
+             {"id": "lcbs_abc901_a", "code": right + "\nimport sys\nsys.exit(3)\n"}]
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    invoke("score", "--data", "sample", "--predictions", str(pred), "--out",
+           str(tmp_path / "scores" / "both.jsonl"), "--grader", "both", "--jobs", "1")
+    invoke("report", str(tmp_path / "scores"), "--out", str(tmp_path / "out"))
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    agreement = condition(report, "both")["scores"]["agreement"]
+    assert (agreement["n"], agreement["n_agree"], agreement["by_class"]["exit_code"]) == (2, 1, 1)
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert 'id="agreement"' in page and "exit_code 1" in page
+
+
 @pytest.mark.slow
 def test_report_folder_size_for_a_50_by_9_by_4_by_3_grid(tmp_path):
     """108 jobs of 50 test items (9 methods × 4 topologies × 3 seeds): the folder stays small

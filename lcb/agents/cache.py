@@ -48,6 +48,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 
 from lcb.agents.models import ModelConfig, extra_body
+from lcb.io import json_text
 
 PURPOSES = ("batch", "optimize", "validate", "test", "reflect", "judge", "probe")
 KEY_VERSION = 1  # bump when the key's ingredients change: old entries then miss
@@ -72,7 +73,9 @@ def cache_key(*, model_id: str, messages: Sequence[BaseMessage] | Sequence[Mappi
     payload = {"v": KEY_VERSION, "model": model_id, "messages": wire, "tools": list(tools),
                "sampling": dict(sampling), "seed": seed, "sample": sample,
                "purpose": purpose, "agent": agent}
-    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    # json_text: a message may hold a lone surrogate (a model's reply passed on), which UTF-8
+    # cannot encode; other text hashes exactly as json.dumps(..., ensure_ascii=False) gives it.
+    text = json_text(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -157,7 +160,7 @@ class ResponseCache:
         """Store a complete reply for `key` (the first one stored stays); never in replay."""
         if self.replay:
             return
-        text = json.dumps(asdict(reply), ensure_ascii=False)
+        text = json_text(asdict(reply))  # sqlite stores UTF-8: a lone surrogate is escaped
         with self._lock:
             try:
                 self._own_db().execute("INSERT OR IGNORE INTO replies VALUES (?, ?, ?, ?, ?)",

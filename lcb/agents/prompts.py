@@ -204,7 +204,7 @@ def _checked_name(kind: str, name: str) -> str:
 
 def prompt_hash(text: str) -> str:
     """sha256 (hex) of one role prompt's text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # any text
 
 
 def bundle_hashes(bundle: Mapping[str, str]) -> dict[str, str]:

@@ -26,7 +26,6 @@ imports happen inside the command.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
@@ -46,6 +45,7 @@ from lcb.cli.options import (
 )
 from lcb.cli.signals import Terminated, run_until_term
 from lcb.grading.launch import SANDBOXES
+from lcb.io import json_text
 
 _JOB, _PROTOCOL = "Job", "Protocol"
 # The registered methods (`lcb.optimize.methods.OPTIMIZERS`) and the job's phases
@@ -60,7 +60,7 @@ def _opt(*names: str, panel: str = _JOB, **kw: Any) -> Any:
 
 
 def _emit(line: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(line) + "\n")  # any string: a message may quote a model's text
     sys.stdout.flush()
 
 

@@ -4,12 +4,14 @@ Reads PRED.jsonl (`{"id": …, "code": …}` per line, other fields carried alon
 line against the selected problems, writes one result line per input line to RESULTS.jsonl (in
 input order, flushed line by line), writes the summary as JSON next to it (`RESULTS.summary.json`,
 see `lcb.runs.scoring.summary_path`; the schema of `lcb run`'s summary) and prints it as the same
-table. Per-line problems (bad JSON, unknown id, no code) become error lines, each named on
-stderr with its line number and reason, as are the selected problems without a prediction
-(`--missing-as-fail` counts them as failures); configuration problems (missing
-official grader, unusable data source, a RESULTS.jsonl that already holds lines: the summary
-would not count them, or one that another lcb process is writing: see `lcb.runs.lock`) exit with
-status 2 and a one-line message.
+table. `--grader both` grades each program with both graders: the default grade stays the
+line's, and the agreement of the two (rate, and each disagreement's divergence class) is added
+to the lines and the summary and said on the console. Per-line problems (bad JSON, unknown
+id, no code) become error lines, each named on stderr with its line number and reason, as are
+the selected problems without a prediction (`--missing-as-fail` counts them as failures);
+configuration problems (missing official grader, unusable data source, a RESULTS.jsonl that
+already holds lines: the summary would not count them, or one that another lcb process is
+writing: see `lcb.runs.lock`) exit with status 2 and a one-line message.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +48,22 @@ from lcb.runs.lock import file_lock
 from lcb.runs.rundir import OutputError
 from lcb.runs.tables import print_summary
 
+ScoreGrader = StrEnum("ScoreGrader", {name: name for name in (*Grader, scoring.BOTH)})
+GRADING = "Grading"  # its own help panel: room for the graders' choices at 80 columns
+BOTH_HELP = (" both: the default grade, plus the official one and where the two agree (see "
+             "docs/grading.md).")
+
+
+def agreement_line(summary: dict) -> str:
+    """`--grader both` in one line: official pass@1, agreement and the classes seen."""
+    agreement = summary["agreement"]
+    classes = ", ".join(f"{name} {count}" for name, count in agreement["by_class"].items()
+                        if count)
+    return (f"official grader pass@1 {summary['em_official']:.3f}  agreement "
+            f"{agreement['rate']:.1%} ({agreement['n_agree']} of {agreement['n']} programs; "
+            f"same pass/fail {agreement['same_em_rate']:.1%})"
+            + (f"  disagreements: {classes}" if classes else ""))
+
 
 @app.command("score")
 @with_data_options
@@ -56,15 +75,19 @@ def score(
     out: Annotated[Path, typer.Option(
         "--out", dir_okay=False, metavar="RESULTS.jsonl",
         help="Results JSONL (new or empty); the summary goes to <stem>.summary.json beside it.")],
-    grader: Annotated[Grader, typer.Option(
-        "--grader", case_sensitive=False, help=GRADER_HELP)] = Grader.default,
+    grader: Annotated[ScoreGrader, typer.Option(
+        "--grader", case_sensitive=False, help=GRADER_HELP + BOTH_HELP,
+        rich_help_panel=GRADING)] = ScoreGrader.default,
     all_tests: Annotated[bool, typer.Option(
-        "--all-tests", help="Run every test (full pass counts) instead of stopping at the "
-                            "first failure.")] = False,
+        "--all-tests", rich_help_panel=GRADING,
+        help="Run every test (full pass counts) instead of stopping at the first failure.")
+        ] = False,
     jobs: Annotated[int | None, typer.Option(
-        "--jobs", min=1, help="Grading worker processes (default: the number of cores).")] = None,
+        "--jobs", min=1, rich_help_panel=GRADING,
+        help="Grading worker processes (default: the number of cores).")] = None,
     sandbox: Annotated[Sandbox, typer.Option(
-        "--sandbox", case_sensitive=False, help=SANDBOX_HELP)] = Sandbox.process,
+        "--sandbox", case_sensitive=False, help=SANDBOX_HELP,
+        rich_help_panel=GRADING)] = Sandbox.process,
     missing_as_fail: Annotated[bool, typer.Option(
         "--missing-as-fail", help="Count each selected problem without a prediction as a "
                                   "failed program (default: leave it out, with a warning).")
@@ -104,8 +127,11 @@ def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
     err = Console(stderr=True, soft_wrap=True)
     for note in scoring.notes(lines, summary):
         err.print(note, markup=False, highlight=False)
-    print_summary(summary, console=Console(soft_wrap=True),
-                  title=f"pass@1 ({config.grader} grader)", totals=False)
+    console = Console(soft_wrap=True)
+    grader_name = "default" if config.grader == scoring.BOTH else config.grader
+    print_summary(summary, console=console, title=f"pass@1 ({grader_name} grader)", totals=False)
+    if "agreement" in summary:
+        console.print(agreement_line(summary), markup=False, highlight=False)
 
 
 def _check_grader(config: scoring.ScoreConfig) -> None:

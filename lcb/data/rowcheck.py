@@ -9,7 +9,10 @@ checked before it is trusted:
   decoding (tests are flat strings), so no later step walks a deep structure.
 - Size: a row (a JSONL line), a text field, or the private tests after zlib decompression may
   not exceed `max_row_bytes()`: `$LCB_MAX_ROW_BYTES`, default 1 GiB (real rows reach tens of
-  MB). Decompression stops one byte past the cap, so a zlib bomb costs at most the cap in memory.
+  MB). Decompression is streamed (`lcb.data.pickled`): a pickle declaring a text over the
+  cap is refused before it is inflated, and data past the declared text is refused after a few
+  bytes, so a zlib bomb costs next to nothing; only a row whose declared text really is that
+  long costs memory, about twice the text.
 - Ids: `question_id` is non-empty text of at most 200 characters, without control characters
   or line breaks, and not `.` or `..`. Slashes and spaces are fine: run directories derive
   their own safe file names.
@@ -21,7 +24,6 @@ import json
 import os
 import re
 import unicodedata
-import zlib
 from typing import Any
 
 from lcb.data.local import DataError
@@ -132,20 +134,6 @@ def parse_json(text: str, *, rid: str, field: str, what: str = "not valid JSON")
         raise RowError(rid, field, f"{what} ({exc.msg} at {exc.pos})") from None
     except ValueError as exc:  # an integer literal longer than Python converts, for one
         raise RowError(rid, field, f"{what} ({shown(str(exc), 80)})") from None
-
-
-def inflate(data: bytes, *, cap: int, rid: str, field: str) -> bytes:
-    """zlib-decompress `data`, stopping one byte past `cap`: more than that is a `RowError`."""
-    inflater = zlib.decompressobj()
-    try:
-        blob = inflater.decompress(data, cap + 1)
-    except zlib.error as exc:
-        raise RowError(rid, field, f"base64 payload is not zlib data ({exc})") from None
-    if len(blob) > cap:
-        raise RowError(rid, field, f"decompresses to more than {over_cap(cap)}")
-    if not inflater.eof:
-        raise RowError(rid, field, "base64 payload is not zlib data (truncated stream)")
-    return blob
 
 
 def check_case(case: object, index: int, *, rid: str, field: str) -> dict:

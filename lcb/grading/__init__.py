@@ -86,7 +86,9 @@ def grade(problem: Problem, code: str, *, all_tests: bool = False, grader: str =
 
     `tests=None` grades the default set: the hidden tests for "default", public then private
     for "official". Raises ValueError/TypeError for bad arguments, `SandboxUnavailable` when the
-    sandbox tier is missing, `GradingError` if the grading machinery itself fails.
+    sandbox tier is missing or cannot run here. When the grading machinery fails (a lost host,
+    judge or zygote), the program is graded again on a fresh slot; failing again, its grade has
+    the verdict `infra` (`Grade.infra`, em 0): grading failed, not the program.
     """
     return default_pool(sandbox).grade_sync(problem, code, all_tests=all_tests, grader=grader,
                                             tests=tests, timeout_s=timeout_s)

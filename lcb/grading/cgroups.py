@@ -15,6 +15,10 @@ Contract:
   `launch.start`); `members()` lists every process in the pids group and nested groups;
   `kill_all()` SIGKILLs them until none is left; `remove()` removes the emptied groups.
 - `oom_kills()` counts the memory controller's OOM kills in the group (None without one).
+- `open_memory_limit()`: a read-write descriptor on the memory group's `memory.limit_in_bytes`
+  (None without one), for a process that sets the limit later, where it may no longer open
+  the file (a zygote under bubblewrap, whose /sys is read-only); `read_memory_limit(fd)`,
+  `set_memory_limit(fd, value, settle_s=…)` use it.
 - Creating a jail first removes stale ones (named after a process that no longer exists). Call
   it only from lcb's own processes in the host's PID namespace, never inside a sandbox: there
   other processes' pids are not visible and every jail would look stale.
@@ -24,8 +28,10 @@ Stdlib only.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import time
 from collections.abc import Callable
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -93,6 +99,15 @@ class Jail:
             alive = lambda: [p for p in self.members() if p != spare]  # noqa: E731
         return kill_until_gone(alive, settle_s=settle_s)
 
+    def open_memory_limit(self) -> int | None:
+        """A descriptor on `memory.limit_in_bytes` (close-on-exec), or None."""
+        path = self.paths.get("memory")
+        try:
+            return None if path is None else os.open(
+                os.path.join(path, "memory.limit_in_bytes"), os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return None
+
     def oom_kills(self) -> int | None:
         """How many processes the memory controller has killed in this group."""
         path = self.paths.get("memory")
@@ -113,6 +128,29 @@ def read_oom_kills(memory_group: str) -> int | None:
         return read_oom_counter(fd)
     finally:
         os.close(fd)
+
+
+def read_memory_limit(fd: int) -> int:
+    """The limit a `memory.limit_in_bytes` descriptor holds (OSError/ValueError if it cannot
+    be read)."""
+    return int(os.pread(fd, 64, 0).decode())
+
+
+def set_memory_limit(fd: int, value: int, *, settle_s: float) -> None:
+    """Set the limit (-1: none). Lowering it below what the group holds fails with EBUSY
+    until the kernel has freed enough (a program just killed leaves tmpfs and shared memory
+    that are freed a moment after its processes are reaped): retried for `settle_s` seconds,
+    then OSError."""
+    deadline = time.monotonic() + settle_s
+    data = str(value).encode()
+    while True:
+        try:
+            os.pwrite(fd, data, 0)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.005)
 
 
 def open_oom_counter(memory_group: str) -> int | None:

@@ -3,7 +3,9 @@
 - `run_as_script(code, main=…)`: a stdin program as `python prog.py` would run it, in `main`
   (a `__main__` module, with the prelude already run in it): `sys.std*` are the interpreter's own
   streams, now on the program's fds 0/1/2 (with `.buffer`); the exit status is what Python gives
-  (SystemExit rules, 1 after an uncaught exception, traceback on stderr).
+  (SystemExit rules, 1 after an uncaught exception, traceback on stderr). It ends as the
+  interpreter does (`lcb.grading.exits`): non-daemon threads joined, the program's `atexit`
+  handlers run, `sys.stdout`/`sys.stderr` flushed, then the file objects it left unflushed.
 - `run_functional(...)`: load the program once (prelude + program in a module that is not
   `__main__`), take `Solution()` when the text `class Solution` occurs (one instance for all
   tests) else the module-level function. It talks JSON lines with the judge on its channel (a
@@ -20,7 +22,9 @@ These functions never return: they end the process with `os._exit`.
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import gc
 import io
 import json
 import os
@@ -30,6 +34,7 @@ import traceback
 import types
 from typing import NoReturn
 
+from lcb.grading.exits import exit_status, finalize, may_leave_files
 from lcb.grading.prelude import (
     GUARDED_BUILTINS,
     PRELUDE_CODE,
@@ -72,30 +77,6 @@ def _bind_std_streams(namespace: dict) -> None:
         namespace.update(stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr)
 
 
-def _exit_status(exc: SystemExit) -> int:
-    """The status `python prog.py` exits with after `SystemExit(exc.code)`."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _flush_all() -> int:
-    """Flush stdout and stderr as CPython does at exit: a closed stream is skipped; a failed
-    flush makes the exit status 120."""
-    status = 0
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None and not getattr(stream, "closed", False):
-                stream.flush()
-        except Exception:
-            status = 120
-    return status
-
-
 def _program_traceback(exc: BaseException) -> str:
     """The traceback as `python prog.py` would show it: without this harness's own frames."""
     tb = exc.__traceback__
@@ -131,21 +112,25 @@ def prelude_module(name: str) -> types.ModuleType:
 def prepare_script(main: types.ModuleType) -> None:
     """What `run_as_script` sets up before running a program in `main`, done in the process
     that forks the program processes (once, not in every fork): `sys.std*` on fds 0/1/2,
-    `sys.argv`, and `main` as `sys.modules["__main__"]`. That process must not run code of its
-    own in `main` afterwards."""
+    `sys.argv`, `main` as `sys.modules["__main__"]`, and no `atexit` handler registered (the
+    imports of lcb's processes registered theirs; at exit only the program's run). That
+    process must not run code of its own in `main` afterwards."""
     namespace = main.__dict__
     _bind_std_streams(namespace)
+    atexit._clear()
     sys.argv[:] = [namespace["__file__"]]  # in place: the prelude bound `argv` to this list
     sys.modules["__main__"] = main
 
 
 def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
-                  after_prelude: bool = True, prepared: bool = False) -> NoReturn:
+                  after_prelude: bool = True, prepared: bool = False,
+                  find_files: bool | None = None) -> NoReturn:
     """Run `code` (compiled, or source compiled here) in `main`; exit as Python would.
 
     Source is compiled as if the prelude were prepended (a `from __future__` import is then a
     SyntaxError) unless `after_prelude` is False. `prepared`: the parent already ran
-    `prepare_script(main)`.
+    `prepare_script(main)`. `find_files`: `may_leave_files(code)`, computed here if None (a
+    parent that forks many runs of one program computes it once).
     """
     status = 1
     try:
@@ -156,17 +141,18 @@ def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
             if isinstance(code, str):
                 code = (compile_after_prelude(code, namespace["__file__"]) if after_prelude
                         else compile(code, namespace["__file__"], "exec"))
+            if find_files is None:
+                find_files = may_leave_files(code)
+            if find_files:
+                gc.freeze()  # what exists now is not the program's (see lcb.grading.exits)
             exec(code, namespace)
             status = 0
         except SystemExit as exc:
-            status = _exit_status(exc)
+            status = exit_status(exc)
         except BaseException as exc:
             sys.stderr.write(_program_traceback(exc))
             status = 1
-        threading = sys.modules.get("threading")
-        if threading is not None:
-            threading._shutdown()  # wait for non-daemon threads, as interpreter exit does
-        status = _flush_all() or status
+        status = finalize(status, find_files=bool(find_files))
     finally:
         os._exit(status)
 

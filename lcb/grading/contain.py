@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 GIB = 1 << 30
 MIB = 1 << 20
+# Above a program's cap, in its memory cgroup: the zygote's and the host's own pages.
+MEMORY_HEADROOM = 96 * MIB
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -4,7 +4,8 @@
 (which compiles it once: a syntax error is COMPILE_ERROR for the whole program), runs the tests
 through it (`stdin_mode.run_stdin` or `functional_mode.run_functional`), and returns plain
 data: `{"results": per-test dicts, "compile_error": text or None, "wall_s"}`. A host lost
-mid-program (the program killed or stopped it) has the zygote kill what is left of it.
+mid-program (the program, or anything else, killed or stopped it) has the zygote kill what is
+left of it; the tests it left without a verdict end in one `Verdict.INFRA` outcome.
 `run_official` does the same around `official.judge_official`.
 `grade_from_run(...)`, in the pool's process, turns the answer into the `Grade`.
 """
@@ -114,12 +115,13 @@ def _outcomes(tests: Sequence[Case], results: list[dict], *, all_tests: bool
                                     float(result["cpu"])))
         if verdict is not Verdict.PASSED and first_failure is None:
             first_failure = result
-    stopped = first_failure is not None and not all_tests
-    if len(outcomes) < len(tests) and not stopped:  # the host was lost mid-run
+    stopped = (first_failure is not None and not all_tests) or (
+        bool(outcomes) and outcomes[-1].verdict is Verdict.INFRA)
+    if len(outcomes) < len(tests) and not stopped:  # the host was lost mid-run: not a verdict
         index = outcomes[-1].index + 1 if outcomes else 0
-        first_failure = first_failure or {"i": index, "v": Verdict.RUNTIME_ERROR,
+        first_failure = first_failure or {"i": index, "v": Verdict.INFRA,
                                           "error": "the program's host stopped answering"}
-        outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, 0.0, 0.0))
+        outcomes.append(TestOutcome(index, Verdict.INFRA, 0.0, 0.0))
     return outcomes, first_failure
 
 

@@ -12,8 +12,9 @@ its own send, nothing the program writes can start, stop or stretch a clock, and
 be taken for another test's. A late answer is a time limit (the host kills the process), an
 answer that is not one (a wrong index, a malformed frame, too long) a runtime
 error, a closed channel a
-crash classified from the host's exit report. With `all_tests`, a fresh process (a fresh
-`Solution()`) goes on after a crash.
+crash classified from the host's exit report. A host that is gone when the judge needs it (to
+start the process, or for the exit report that classifies a crash) gives `Verdict.INFRA`.
+With `all_tests`, a fresh process (a fresh `Solution()`) goes on after a crash.
 """
 
 from __future__ import annotations
@@ -225,5 +226,7 @@ class _Answer(NamedTuple):
 
 
 def _lost(index: int, t0: float, exc: Exception) -> dict:
-    return {"i": index, "v": Verdict.RUNTIME_ERROR, "wall": time.monotonic() - t0, "cpu": 0.0,
+    """A test whose process the host could not start or report on (the host is gone): not the
+    program's verdict but `Verdict.INFRA` (the pool grades the program again)."""
+    return {"i": index, "v": Verdict.INFRA, "wall": time.monotonic() - t0, "cpu": 0.0,
             "actual": "", "error": f"the program's host stopped answering: {exc}", "exit": True}

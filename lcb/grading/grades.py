@@ -3,14 +3,16 @@
 Contract: everything here is plain frozen data. `Grade.to_record()` gives the JSON-able fields a
 run record carries (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s,
 cpu_s). `em` is 1 only when every one of `total` tests passed, so a fail-fast grade (a prefix of
-the tests) has em 0 as soon as one test fails. (Also importable from `lcb.grading.verdicts`.)
+the tests) has em 0 as soon as one test fails. A grade with an outcome `Verdict.INFRA`
+(`Grade.infra`) says grading failed, not the program: em 0, the feedback's error says what
+failed. (Also importable from `lcb.grading.verdicts`.)
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lcb.grading.verdicts import Verdict
+from lcb.grading.verdicts import Verdict, clip
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,20 @@ class Grade:
         return cls(outcomes=outcomes, total=total, passed=passed,
                    em=int(total > 0 and passed == total), wall_s=wall_s,
                    cpu_s=sum(o.cpu_s for o in outcomes), feedback=feedback, grader=grader)
+
+    @classmethod
+    def infra_failure(cls, error: str, *, total: int, grader: str, wall_s: float = 0.0
+                      ) -> Grade:
+        """The grade of a program that grading never judged: one `INFRA` outcome at test 0."""
+        feedback = Feedback(test_index=0, verdict=Verdict.INFRA, input="", expected="",
+                            actual="", error=clip(error))
+        return cls(outcomes=(TestOutcome(0, Verdict.INFRA, 0.0, 0.0),), total=total, passed=0,
+                   em=0, wall_s=wall_s, cpu_s=0.0, feedback=feedback, grader=grader)
+
+    @property
+    def infra(self) -> bool:
+        """True when grading failed on this program (an outcome is `Verdict.INFRA`)."""
+        return any(o.verdict is Verdict.INFRA for o in self.outcomes)
 
     @property
     def pass_rate(self) -> float:

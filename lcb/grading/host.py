@@ -9,11 +9,13 @@ new mount and IPC namespaces with a private tmpfs `/tmp` and `/dev/shm` (`mounts
 makes its working directory and its Landlock ruleset. Then, on `{"op": "load", mode, fn_name,
 limits}` with the program as a memfd, it compiles the program once (a syntax error is the whole
 answer), imports numpy when the program mentions it (as LiveCodeBench's grader has it imported
-before its guard), sets the rlimits, and confines itself for good (`confine`): the program's own
-uid (lcb as root: no capabilities), scrubbed environment, Landlock (read-only system and
-interpreter, writable `/tmp` or its directory only, no TCP, no signal or ptrace outside), the
-seccomp filter (`lcb.grading.seccomp`). From then on the host runs as the program would; it can
-harm only its own program.
+before its guard), sets the rlimits, and confines itself for good (`confine`): the slot's
+memory limit set to this program's own cap (where the slot has a memory cgroup; its descriptor
+is closed then), the program's own uid (lcb as root: no capabilities), scrubbed environment,
+Landlock (read-only system and interpreter, writable `/tmp` or its directory only, no TCP, no
+signal or ptrace outside), the seccomp filter (`lcb.grading.seccomp`, with the variant its
+zygote's layers call for). From then on the host runs as the program would; it can harm only
+its own program.
 
 Operations on its control socket (see `lcb.grading.judge`):
 - `stdin` (fds: input and stdout memfds, in pairs): queued tests, run by `host_stdin`;
@@ -37,8 +39,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
 from lcb.grading import child, landlock, mounts, privilege, seccomp, wire
-from lcb.grading.cgroups import open_oom_counter, read_oom_counter
+from lcb.grading.cgroups import open_oom_counter, read_oom_counter, set_memory_limit
 from lcb.grading.contain import (
+    MEMORY_HEADROOM,
     Limits,
     apply_shared_limits,
     become_subreaper,
@@ -59,6 +62,8 @@ from lcb.grading.process import (
 )
 
 _MAX_ERROR = 2000
+_LIMIT_SETTLE_S = 5.0  # for the last program's tmpfs and IPC pages to be freed (the kernel
+                       # frees them after its processes are reaped)
 
 
 class Identity(NamedTuple):
@@ -71,6 +76,11 @@ class Identity(NamedTuple):
     memory_group: str | None    # the cgroup-v1 memory group, to tell OOM kills apart
     seccomp: bool = False       # lcb.grading.seccomp's filter
     cpu: int | None = None      # the slot's CPU: a loaded host and its programs run there
+    list_roots: tuple[str, ...] = ()  # directories programs may list, not read (lcb's in them)
+    hidden: tuple[str, ...] = ()      # lcb's own paths inside those (covered in mount views)
+    netns: bool = False         # the slot's own network namespace: sockets reach no one
+    memory_limit: int | None = None   # the slot's memory.limit_in_bytes, set per program
+    memory_bounded: bool = False      # a memory cgroup enforces each program's own cap
 
 
 class Host(NamedTuple):
@@ -83,6 +93,7 @@ class Host(NamedTuple):
     identity: Identity
     script: Callable[[], NoReturn] | None
     oom_seen: list[int]         # [oom kills counted so far, the counter's fd] (or empty)
+    scope: int | None = None    # landlock.scope_only(): each program process enters it
 
 
 def serve(ctl_fd: int, identity: Identity) -> NoReturn:
@@ -121,7 +132,8 @@ def _prepare(identity: Identity) -> tuple[str, int | None]:
     if identity.private_tmp:
         limits = Limits()
         mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes,
-                           keep=identity.read_roots)
+                           keep=identity.read_roots + identity.list_roots,
+                           hidden=identity.hidden)
     workdir = make_workdir()
     if identity.uid is not None:
         os.chown(workdir, identity.uid, identity.uid)
@@ -132,7 +144,8 @@ def _ruleset(workdir: str, identity: Identity) -> int | None:
     if not identity.landlock:
         return None
     writable = [temp_root(), "/dev/shm"] if identity.private_tmp else [workdir]
-    return landlock.build(read=identity.read_roots, write=[*writable, "/dev/null"])
+    return landlock.build(read=identity.read_roots, listed=identity.list_roots,
+                          write=[*writable, "/dev/null"])
 
 
 def _read_source(fd: int) -> str:
@@ -168,7 +181,9 @@ def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
     if identity.cpu is not None:  # the spare was prepared anywhere; the program runs here
         os.sched_setaffinity(0, {identity.cpu})
     confine(limits, workdir, identity, ruleset=ruleset)
-    host = _host(mode, source, fn_name, code, limits, workdir, identity, oom)
+    scope = landlock.scope_only() if identity.landlock else None
+    host = _host(mode, source, fn_name, code, limits, workdir, identity, oom)._replace(
+        scope=scope)
     gc.freeze()  # forked programs then never touch these objects when they collect garbage
     return host, {"ready": True, "pid": os.getpid()}
 
@@ -186,7 +201,8 @@ def _host(mode: str, source: str, fn_name: str | None, code: Any, limits: Limits
     if mode == "stdin" and code is not None:
         main = child.prelude_module("__main__")
         child.prepare_script(main)  # once here, not in every test's process
-        script = functools.partial(child.run_as_script, code, main=main, prepared=True)
+        script = functools.partial(child.run_as_script, code, main=main, prepared=True,
+                                   find_files=child.may_leave_files(code))
     return Host(mode, source, fn_name, code, limits, workdir, identity, script, oom)
 
 
@@ -199,7 +215,15 @@ def _import_quietly(name: str) -> None:
 
 def confine(limits: Limits, workdir: str, identity: Identity, *,
             ruleset: int | None = None) -> None:
-    """Become the program's side for good (see module docstring)."""
+    """Become the program's side for good (see module docstring). Where the slot's memory
+    limit is at hand, it becomes this program's cap plus `MEMORY_HEADROOM` first (and the
+    descriptor is closed: the program must not reach it)."""
+    if identity.memory_limit is not None:
+        limit = limits.memory_bytes + MEMORY_HEADROOM if limits.memory_bytes else -1
+        try:
+            set_memory_limit(identity.memory_limit, limit, settle_s=_LIMIT_SETTLE_S)
+        finally:
+            os.close(identity.memory_limit)
     if ruleset is None:
         ruleset = _ruleset(workdir, identity)
     apply_shared_limits(limits, own_uid=identity.uid is not None)
@@ -211,7 +235,8 @@ def confine(limits: Limits, workdir: str, identity: Identity, *,
         landlock.restrict(ruleset)
         os.close(ruleset)
     if identity.seccomp:
-        seccomp.install()
+        seccomp.install(sockets=identity.netns, ipc=identity.private_tmp,
+                        memory=identity.memory_bounded or not limits.memory_bytes)
     privilege.make_undumpable()
 
 
@@ -276,7 +301,7 @@ def _run_child(host: Host, message: dict, body: Callable[[], NoReturn], *,
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     started = time.monotonic()
-    pid = spawn(body, fds=(devnull, devnull, err_w), keep=keep,
+    pid = spawn(body, fds=(devnull, devnull, err_w), keep=keep, scope=host.scope,
                 rlimits=rlimits(host, float(message["cpu_s"])))
     for fd in (err_w, devnull, *close):
         os.close(fd)
@@ -287,13 +312,25 @@ def _run_child(host: Host, message: dict, body: Callable[[], NoReturn], *,
 
 def run_to_end(host: Host, pid: int, started: float, *, deadline: float, stderr: StderrTail,
                ctl: socket.socket | None = None, control_from: float = 0.0,
-               on_control: Callable[[dict, list[int]], bool] | None = None) -> dict:
+               on_control: Callable[[dict, list[int]], bool] | None = None,
+               wake: tuple[float, Callable[[], None]] | None = None) -> dict:
     """Wait for the program's process until it exits, the deadline passes, or a control
-    message for which `on_control` says "kill"; reap everything; report."""
+    message for which `on_control` says "kill"; reap everything; report.
+
+    `wake` = (monotonic time, callback): the callback runs once at that time while the
+    process runs (the host's own work that must not wait for the process's end, such as
+    reports of earlier tests).
+    """
     pidfd = os.pidfd_open(pid)
+    wake_at, on_wake = wake if wake is not None else (None, None)
     while True:
         how = watch(pidfd, deadline=deadline, stderr=stderr,
-                    control=None if ctl is None else ctl.fileno(), control_from=control_from)
+                    control=None if ctl is None else ctl.fileno(), control_from=control_from,
+                    wake_at=wake_at)
+        if how == "wake":
+            wake_at = None
+            on_wake()
+            continue
         if how != "control":
             break
         request, fds = wire.recv(ctl, max_fds=wire.MAX_FDS)

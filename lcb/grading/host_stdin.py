@@ -6,10 +6,13 @@ input and stdout memfds of tests k, k+1, … in pairs). The host runs them in or
 fresh process forked from the prepared program (`child.run_as_script`), and answers
 `{"reports": [...]}` with one report per test (`i`, wait status, time, the tail of its stderr,
 whether the memory cgroup killed it), gathering reports for up to `BATCH_S` so that neither side
-wakes up once per test. It stops early, answering `{"reports": [...], "stopped": true}`, at the
-judge's `stop` (the judge found a wrong answer) and, when `fail_fast`, at the first process that
-did not exit cleanly (a failure whatever it printed). A running test hears the judge only after
-`QUIET_S`: a short test is never interrupted by the next request arriving.
+wakes up once per test. A report never waits longer than that: when the next test is still
+running `BATCH_S` after the oldest held report, the host wakes and sends them (the judge waits
+for each message only a test's time limit plus `judge.HOST_SLACK_S`). It stops early,
+answering `{"reports": [...], "stopped": true}`, at the judge's `stop` (the judge found a wrong
+answer) and, when `fail_fast`, at the first process that did not exit cleanly (a failure
+whatever it printed). A running test hears the judge only after `QUIET_S`: a short test is
+never interrupted by the next request arriving.
 """
 
 from __future__ import annotations
@@ -70,13 +73,17 @@ class StdinRun:
         reset_workdir(self.host.workdir)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         started = time.monotonic()
-        pid = spawn(self.host.script, fds=(in_fd, out_fd, err_w),
+        pid = spawn(self.host.script, fds=(in_fd, out_fd, err_w), scope=self.host.scope,
                     rlimits=rlimits(self.host, self.timeout + 1))
         for fd in (err_w, in_fd, out_fd):
             os.close(fd)
+        # Reports held for a batch leave at `since + BATCH_S` even while this test runs: the
+        # judge must hear of a finished test about when it ended, whatever this one takes.
+        wake = (self.since + BATCH_S, self._flush) if self.outbox else None
         report = run_to_end(self.host, pid, started, deadline=started + self.timeout,
                             stderr=StderrTail(err_r), ctl=self.ctl,
-                            control_from=started + QUIET_S, on_control=self._control)
+                            control_from=started + QUIET_S, on_control=self._control,
+                            wake=wake)
         return {"i": index, **report}
 
     def _control(self, message: dict, fds: list[int]) -> bool:

@@ -13,8 +13,10 @@ Protocol with the pool, on stdin/stdout: length-prefixed JSON frames (`lcb.gradi
   `{"id", "ok": true, "run": ...}` or `{"id", "ok": false, "error": traceback}`. EOF ends it.
 
 `Zygote` and `Host` are the judge's handles on those two processes. A host runs as the program
-does and may be killed or stopped by it: a host that stops answering (`HostLost`) fails that
-program (its verdicts say so), never another one, and the zygote kills what is left of it.
+does (the program cannot signal it where Landlock scopes signals; see `lcb.grading.landlock`),
+and may be lost: a host that stops answering (`HostLost`) fails that
+program's grading (its verdict is `infra`, and the pool grades it again on a fresh slot), never
+another program, and the zygote kills what is left of it.
 """
 
 from __future__ import annotations

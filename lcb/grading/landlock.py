@@ -3,16 +3,22 @@
 A program process calls `restrict(ruleset)` right before the program runs. From then on, for it
 and everything it starts (the domain cannot be left or widened):
 - files: read and execute only beneath the `read` paths (the interpreter, its libraries, /usr,
-  /etc, /proc, /dev, ...), and write only beneath the `write` paths (its own directories). The
-  lcb checkout, the data files, the run's outputs and every home directory are out of reach;
+  /etc, /proc, /dev, ...; a path may be a single file), list the directories beneath the
+  `listed` paths (names only: where lcb is installed, `site-packages` holds lcb's own entries,
+  so it is listed and each other entry read), and write only beneath the `write` paths (its
+  own directories). The lcb checkout or package, the data files, the run's outputs and every
+  home directory are out of reach;
 - TCP (ABI >= 4): no `bind` and no `connect` at all;
 - scoping (ABI >= 6): no signal to, and no abstract-unix-socket connection with, any process
   outside the domain (lcb's processes, other programs), whatever their uid;
 - ptrace and `/proc/<pid>/{fd,mem,environ}` of processes outside the domain: denied (ABI 1).
 
-`build(read=…, write=…)` makes the ruleset once (in the process that forks programs) and returns
-its descriptor, or None where Landlock is unavailable; the forked program then needs only
-`restrict(fd)` (two system calls). Missing paths are skipped. Stdlib only (ctypes).
+A program's own process also enters `scope_only()`'s nested domain, so it cannot signal or stop
+its host, which sits in the outer domain.
+
+`build(read=…, write=…, listed=…)` makes the ruleset once (in the process that forks programs)
+and returns its descriptor, or None where Landlock is unavailable; the forked program then
+needs only `restrict(fd)` (two system calls). Missing paths are skipped. Stdlib only (ctypes).
 """
 
 from __future__ import annotations
@@ -85,7 +91,8 @@ def handled_fs(version: int) -> int:
     return rights
 
 
-def build(*, read: Iterable[str], write: Iterable[str]) -> int | None:
+def build(*, read: Iterable[str], write: Iterable[str], listed: Iterable[str] = ()
+          ) -> int | None:
     """A ruleset descriptor (see module docstring), or None without Landlock."""
     version = abi()
     if version <= 0:
@@ -98,6 +105,8 @@ def build(*, read: Iterable[str], write: Iterable[str]) -> int | None:
     try:
         for path in read:
             _allow(fd, path, READ_RIGHTS & fs)
+        for path in listed:
+            _allow(fd, path, READ_DIR)
         for path in write:
             _allow(fd, path, WRITE_RIGHTS & fs)
     except BaseException:
@@ -118,6 +127,17 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
         _syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0)
     finally:
         os.close(target)
+
+
+def scope_only() -> int | None:
+    """A ruleset that handles no access right but scopes signals and abstract unix sockets
+    (ABI >= 6), or None below that. A program process enters it right after its fork: its
+    domain is then nested in its host's, so it cannot signal or stop the host (or reach its
+    abstract sockets), while the host still signals it."""
+    if abi() < 6:
+        return None
+    attr = _RulesetAttr(0, 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
+    return _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(24), 0)
 
 
 def restrict(ruleset: int) -> None:

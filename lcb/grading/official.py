@@ -12,15 +12,20 @@ Contract:
   `Verdict`: True -> passed, False/-2 -> wrong answer, -3 -> time limit, -4 -> runtime error
   (a `MemoryError` -> memory limit; a program that does not compile -> compile error), and a
   process that returns nothing (LiveCodeBench's -1 for every test) -> a whole-program failure
-  at test 0.
+  at test 0; a host lost before it reported on that process -> `Verdict.INFRA` (grading
+  failed, not the program).
 - `all_tests=True` restarts `run_test` after each failure on the remaining tests (a fresh
   `Solution()` per restart), so every test gets a verdict.
 
 What lcb adds around it (the official call has none of these): the program's process is forked
 from a clean zygote by its program host, with the same uid, Landlock, namespaces, rlimits and
 cgroups as the default grader (`lcb.grading.sandbox`); the judge (`judge_official`, which holds
-nothing of lcb's but the tests) kills it when no test has started for `timeout_s + 1` seconds (a
-program that ignores SIGALRM), or at LiveCodeBench's global limit `(timeout_s + 1) * n_tests + 5`.
+nothing of lcb's but the tests) kills it when an alarm LiveCodeBench armed has run for
+`timeout_s + 1` seconds without being cancelled (a program that ignores or blocks SIGALRM), or
+at LiveCodeBench's global limit `(timeout_s + 1) * n_tests + 5`. While no alarm is armed,
+LiveCodeBench's own work runs (loading the tests, comparing an output), which only that global
+limit bounds, as in LiveCodeBench: a test within its time is never cut short by the time the
+official code takes around it.
 Its answer travels as size-capped JSON and is checked before it is believed.
 
 Official mode is for trusted comparisons (reproducing leaderboard numbers): by LiveCodeBench's
@@ -30,6 +35,7 @@ Use the default grader for untrusted programs.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import socket
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from lcb.grading import wire
 from lcb.grading.judge import HOST_SLACK_S
 from lcb.grading.official_child import (
+    DISARMED,
     HEARTBEAT,
     INSTALL_HINT,
     RESULT,
@@ -106,15 +113,15 @@ def judge_official(host: Host, tests: Sequence[Any], fn_name: str | None, *, tim
     report = host.exit_report(grace_s=HOST_SLACK_S)
     exited = report is not None and os.WIFEXITED(report["status"])
     segments = _decode(payload) if exited and not killed else None
-    return {"segments": segments, "killed": killed, "wall_s": time.monotonic() - started,
-            "cpu_s": report["cpu"] if report else 0.0}
+    return {"segments": segments, "killed": killed, "lost": report is None,
+            "wall_s": time.monotonic() - started, "cpu_s": report["cpu"] if report else 0.0}
 
 
 def _watch(fd: int, *, timeout_s: int, n_tests: int) -> tuple[bytes, bool]:
     """Read the program's channel until EOF; return (payload, killed by the watchdog)."""
     started = time.monotonic()
     hard_deadline = started + hard_limit_s(timeout_s, n_tests)
-    quiet_deadline = started + timeout_s + 1
+    quiet_deadline = math.inf  # no alarm armed (see the module docstring)
     chunks: list[bytes] = []
     size, got_result = 0, False
     while True:
@@ -127,8 +134,12 @@ def _watch(fd: int, *, timeout_s: int, n_tests: int) -> tuple[bytes, bool]:
         data = os.read(fd, 1 << 16)
         if not data:
             return b"".join(chunks), False
-        if not got_result and HEARTBEAT in data.partition(RESULT)[0]:
-            quiet_deadline = time.monotonic() + timeout_s + 1
+        if not got_result:
+            beats = data.partition(RESULT)[0]
+            armed, cancelled = beats.rfind(HEARTBEAT), beats.rfind(DISARMED)
+            if armed != cancelled:  # the later of the two says what holds now
+                quiet_deadline = (time.monotonic() + timeout_s + 1 if armed > cancelled
+                                  else math.inf)
         got_result = got_result or RESULT in data
         chunks.append(data)
         size += len(data)
@@ -168,12 +179,14 @@ class Segment:
 
 @dataclass(frozen=True)
 class ChildRun:
-    """What the judge saw: the segments (None if the program returned none) and its cost."""
+    """What the judge saw: the segments (None if the program returned none), whether the host
+    was lost (no exit report: grading failed, not the program) and the cost."""
 
     segments: list[Segment] | None
     killed: bool
     wall_s: float
     cpu_s: float
+    lost: bool = False
 
     @classmethod
     def from_answer(cls, run: dict, n_tests: int) -> ChildRun:
@@ -191,13 +204,17 @@ class ChildRun:
         if end > n_tests or not segments:
             segments = None
         return cls(segments, bool(run.get("killed")), float(run.get("wall_s", 0.0)),
-                   float(run.get("cpu_s", 0.0)))
+                   float(run.get("cpu_s", 0.0)), lost=bool(run.get("lost")))
 
 
 def to_grade(run: ChildRun, tests: Sequence[Test], code: str) -> Grade:
     """Map the raw official results onto a `Grade` (grader "official")."""
     from lcb.grading.grades import Grade, TestOutcome
 
+    if run.segments is None and run.lost and not run.killed:
+        return Grade.infra_failure("the program's host went away before it reported how the "
+                                   "grading process ended", total=len(tests), grader="official",
+                                   wall_s=run.wall_s)
     if run.segments is None:  # LiveCodeBench's -1: every test failed, none is singled out
         verdict = Verdict.TIME_LIMIT if run.killed else Verdict.RUNTIME_ERROR
         why = ("killed by the watchdog (no test finished in time)" if run.killed

@@ -4,8 +4,9 @@
 uid, Landlock, rlimits: see `lcb.grading.host`). It reads LiveCodeBench's `input_output` JSON
 from the tests memfd, calls `run_test` as LiveCodeBench does (`run_segments`: again on the
 remaining tests after each failure with `all_tests`), and writes to its channel one heartbeat
-byte (`.`) each time `run_test` arms its per-test alarm, then `!` and the result as JSON:
-`[[start, [codes], metadata], ...]` (1 = passed; LiveCodeBench's -1/-2/-3/-4 kept).
+byte each time `run_test` arms its per-test alarm (`.`) or cancels it (`,`), then `!` and the
+result as JSON: `[[start, [codes], metadata], ...]` (1 = passed; LiveCodeBench's -1/-2/-3/-4
+kept).
 
 By LiveCodeBench's design the program shares this process with the expected outputs and can
 forge that result; it still cannot reach lcb (see `lcb.grading.sandbox`). Slim: the zygote
@@ -25,7 +26,7 @@ INSTALL_HINT = (
     "the official grader needs LiveCodeBench's grading code: "
     "pip install --no-deps nvidia-livecodebench==26.3 && pip install numpy"
 )
-HEARTBEAT, RESULT = b".", b"!"
+HEARTBEAT, DISARMED, RESULT = b".", b",", b"!"
 _EXIT_CRASH = 3
 
 
@@ -92,12 +93,13 @@ def run_segments(code: str, tests: dict, *, timeout_s: int, all_tests: bool) -> 
 
 
 def _install_heartbeat(chan: int) -> None:
-    """Make every `signal.alarm(n > 0)` (run_test arms one per test) also tell the judge."""
+    """Make every `signal.alarm` call also tell the judge: `HEARTBEAT` when it arms an alarm
+    (run_test arms one per test, and one around loading the program), `DISARMED` when it
+    cancels it (the test ended: LiveCodeBench's own work follows, comparing or parsing)."""
     real_alarm = signal.alarm
 
     def alarm(seconds: int) -> int:
-        if seconds > 0:
-            os.write(chan, HEARTBEAT)
+        os.write(chan, HEARTBEAT if seconds > 0 else DISARMED)
         return real_alarm(seconds)
 
     signal.alarm = alarm

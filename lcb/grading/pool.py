@@ -8,11 +8,18 @@ Contract:
 - `grade_sync` blocks the calling thread; `await grade(...)` runs the same call on the pool's
   own threads, so any number of asyncio tasks and threads may share one pool.
 - Requests and answers are size-capped JSON (`lcb.grading.wire`), matched by id; an answer is
-  checked against its schema before a `Grade` is built from it here. A slot that dies mid-call,
-  answers late, out of step or malformed (which no program should be able to cause) raises
-  `GradingError` and is replaced; so is a slot whose call was interrupted (e.g. by
-  KeyboardInterrupt: its reply is never read by a later call). Bad arguments raise
-  `ValueError`/`TypeError` at once; a tier that cannot run here raises `SandboxUnavailable`.
+  checked against its schema before a `Grade` is built from it here.
+- Infrastructure failures are not verdicts. A program whose grading failed (its slot died,
+  raised, answered late, out of step or malformed; a replacement slot would not start; or its
+  grade came back with `Verdict.INFRA`: the program's host, or the judge's zygote, was lost)
+  is graded once more on a fresh slot (the failed one is discarded). If that fails too, the
+  result is `Grade.infra_failure(...)` (verdict `infra`, em 0, the feedback naming both
+  failures), never an exception, so a batch goes on. (A program cannot signal its own host
+  where Landlock scopes signals: `lcb.grading.landlock.scope_only`.)
+- Bad arguments raise `ValueError`/`TypeError` at once; a tier that cannot run here raises
+  `SandboxUnavailable` (no slot of the pool has ever started: nothing was graded); a closed
+  pool raises `GradingError`. A call interrupted mid-way (e.g. by KeyboardInterrupt) discards
+  its slot, whose reply is never read by a later call, and re-raises.
 - Making a pool makes this process non-dumpable (`privilege.make_undumpable`): a program of the
   same uid cannot read its memory, environment or descriptors.
 - `close()` stops the slots and kills anything left in their cgroups.
@@ -43,6 +50,7 @@ from lcb.grading.slot import (
     check_default_run,
     check_official_run,
 )
+from lcb.grading.verdicts import Verdict
 
 TIMEOUT_S = 6.0
 GRADERS = ("default", "official")
@@ -55,7 +63,8 @@ class GradingError(RuntimeError):
 def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
                   tests: Sequence[Test] | None, timeout_s: float
                   ) -> tuple[dict, float, Callable[[Any], Grade]]:
-    """(the judge's request, its time budget, answer -> Grade) for one call; checks arguments."""
+    """(the judge's request, its time budget, answer -> Grade) for one call; checks arguments.
+    The request's `tests` are the tests a grade counts (`total`)."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     if grader not in GRADERS:
@@ -103,6 +112,16 @@ def _official_request(problem: Problem, code: str, *, all_tests: bool,
     return request, budget, finish
 
 
+def _why(failure: Grade | str) -> str:
+    """What failed, in words: the reason given, or the infra outcome's feedback."""
+    if isinstance(failure, str):
+        return failure
+    feedback = failure.feedback
+    if feedback is not None and feedback.verdict is Verdict.INFRA:
+        return feedback.error
+    return "the program's host was lost mid-run"
+
+
 class GradingPool:
     """Pre-started grading slots (<= cores). Use as a context manager or call `close()`."""
 
@@ -121,6 +140,7 @@ class GradingPool:
         self._live: set[Slot] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._proven = False
         self.isolation: dict = {}
         # A queue entry holds a slot, a slot still starting (Future), or None (start on demand).
         self._slots: queue.SimpleQueue[Slot | Future | None] = queue.SimpleQueue()
@@ -130,28 +150,56 @@ class GradingPool:
     def grade_sync(self, problem: Problem, code: str, *, all_tests: bool = False,
                    grader: str = "default", tests: Sequence[Test] | None = None,
                    timeout_s: float = TIMEOUT_S) -> Grade:
-        """Grade `code` on `problem` (see `lcb.grading.grade`), blocking this thread."""
+        """Grade `code` on `problem` (see `lcb.grading.grade`), blocking this thread; a
+        program whose grading fails twice gets `Grade.infra_failure` (module docstring)."""
         request, budget, finish = build_request(
             problem, code, all_tests=all_tests, grader=grader, tests=tests, timeout_s=timeout_s)
-        slot = self._checkout()
+        failures = []
+        for _ in range(2):  # the first try, then one more on a fresh slot
+            outcome = self._attempt(request, budget, finish)
+            if isinstance(outcome, Grade) and not outcome.infra:
+                return outcome
+            failures.append(_why(outcome))
+        return Grade.infra_failure(
+            f"grading {problem.id!r} failed twice, the second time on a fresh slot: "
+            f"first: {failures[0]}; then: {failures[1]}",
+            total=len(request["tests"]), grader=grader)
+
+    def _attempt(self, request: dict, budget: float, finish: Callable[[Any], Grade]
+                 ) -> Grade | str:
+        """One try on one slot: the grade, or why grading failed. A slot that failed, or whose
+        grade is `infra` (its host or zygote was lost), is discarded, not reused."""
         try:
-            run = slot.call(request, budget_s=budget)
-            return finish(run)
-        except JudgeRaised as exc:  # in step: keep the slot
-            raise GradingError(f"the grading worker raised:\n{exc}") from None
+            slot = self._checkout()
+        except launch.SandboxUnavailable as exc:
+            if not self._proven:  # the tier has never run here: a configuration error
+                raise
+            return f"a fresh grading slot would not start: {exc}"
+        try:
+            grade = finish(slot.call(request, budget_s=budget))
+        except JudgeRaised as exc:
+            failure: Grade | str = f"the grading worker raised: {exc}"
         except (SlotGone, ValueError, TypeError, KeyError) as exc:
-            doomed, slot = slot, None  # cleared first: `finally` must not put it back
-            self._discard(doomed, kill=True)
-            raise GradingError(f"grading worker died while grading {problem.id!r}: "
-                               f"{type(exc).__name__}: {exc}") from None
+            failure = f"the grading worker died or misbehaved: {type(exc).__name__}: {exc}"
         except BaseException:
             # Interrupted mid-call (KeyboardInterrupt, a signal handler's exception, …): the reply
             # is still unread, so the next call would read it. This slot cannot be reused.
-            doomed, slot = slot, None
-            self._discard(doomed, kill=True)
+            self._retire(slot)
             raise
+        else:
+            if not grade.infra:
+                self._slots.put(slot)
+                return grade
+            failure = grade
+        self._retire(slot)
+        return failure
+
+    def _retire(self, slot: Slot) -> None:
+        """Kill `slot` and leave its place to a fresh one (started on the next checkout)."""
+        try:
+            self._discard(slot, kill=True)
         finally:
-            self._slots.put(slot)
+            self._slots.put(None)
 
     async def grade(self, problem: Problem, code: str, *, all_tests: bool = False,
                     grader: str = "default", tests: Sequence[Test] | None = None,
@@ -164,6 +212,7 @@ class GradingPool:
         slot = Slot.start(self.sandbox)
         with self._lock:
             self._live.add(slot)
+            self._proven = True  # the tier runs here: a slot failing later is infrastructure
             self.isolation = self.isolation or slot.isolation
         return slot
 
@@ -180,9 +229,7 @@ class GradingPool:
                 entry = self._launcher.submit(self._start).result()
         except SlotFailed as exc:
             self._slots.put(None)
-            from lcb.grading.launch import SandboxUnavailable
-
-            raise SandboxUnavailable(str(exc)) from None
+            raise launch.SandboxUnavailable(str(exc)) from None
         except BaseException:
             self._slots.put(None)
             raise

@@ -8,6 +8,11 @@ machine (bubblewrap without the rights it needs, a kernel without what the tier 
 the run with a reason instead of recording "grading failed" for every problem.
 Returns the pool's `isolation` (how programs are confined: uid, Landlock ABI, private /tmp,
 memory cgroup), which runs record in their manifest.
+
+Mid-run, the same proof is the slot's own start: a slot the pool starts to replace a lost one
+must pass its zygote's checks (`lcb.grading.slot`). Once a slot of the pool has started, one
+that fails to is an infrastructure failure of the programs it was meant for (`infra`, see
+`lcb.grading.pool`), not a reason to stop the batch; before that, `SandboxUnavailable`.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def preflight(pool: GradingPool, *, grader: str = "default") -> dict:
             grade = pool.grade_sync(problem, program, grader=mode, timeout_s=10.0)
         except GradingError as exc:
             raise SandboxUnavailable(f"{what} cannot grade here: {exc}") from None
+        if grade.infra:  # failed twice for the machinery's sake, not the program's
+            raise SandboxUnavailable(f"{what} cannot grade here: {grade.feedback.error}")
         if grade.em != 1:
             feedback = grade.feedback
             why = (f"{feedback.verdict.value}: {feedback.error or feedback.actual}"[:1500]

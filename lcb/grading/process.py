@@ -3,9 +3,10 @@
 - `spawn(body, …)` forks a program process: own session, fds 0/1/2 as given, no other
   descriptors (but `keep`), its own CPU and file-size limits, then runs `body` (which ends the
   process).
-- `watch(pid, …)` waits on a pidfd until the process exits, a deadline passes or a control
-  descriptor becomes readable, meanwhile draining the program's stderr pipe (`StderrTail`
-  keeps its last bytes and counts the rest: stderr is never judged, so it has no cap).
+- `watch(pid, …)` waits on a pidfd until the process exits, a deadline passes, a control
+  descriptor becomes readable or the caller's wake-up time comes, meanwhile draining the
+  program's stderr pipe (`StderrTail` keeps its last bytes and counts the rest: stderr is
+  never judged, so it has no cap).
 - `finish(pid, …)` kills the process group when asked, reaps, then kills every other
   descendant (the host is a child subreaper) and drains what is left of stderr.
 - `failure_verdict(…)` classifies an unclean end: time, output, memory limit or runtime error.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from resource import setrlimit
 from typing import NamedTuple, NoReturn
 
+from lcb.grading import landlock
 from lcb.grading.contain import Limits, enter_child, kill_descendants
 from lcb.grading.privilege import set_dumpable
 from lcb.grading.verdicts import Verdict
@@ -104,7 +106,8 @@ class StderrTail:
 
 
 def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
-          rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = ()) -> int:
+          rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = (),
+          scope: int | None = None) -> int:
     """Fork a program process running `body` under `rlimits` (from `contain.own_rlimits`,
     computed once by the caller).
 
@@ -117,6 +120,8 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
     pid = os.fork()
     if pid == 0:
         try:
+            if scope is not None:  # a nested Landlock domain: no signal to its host
+                landlock.restrict(scope)
             enter_child(fds=fds, keep=keep)
             for which, pair in rlimits:
                 setrlimit(which, pair)
@@ -128,15 +133,21 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
 
 
 def watch(pidfd: int, *, deadline: float | None, stderr: StderrTail | None,
-          control: int | None = None, control_from: float = 0.0) -> str:
-    """Wait for "exited" (the pidfd), "deadline" or "control" (readable, but only once the
+          control: int | None = None, control_from: float = 0.0,
+          wake_at: float | None = None) -> str:
+    """Wait for "exited" (the pidfd), "deadline", "control" (readable, but only once the
     monotonic clock passes `control_from`: a short test is not interrupted by the next
-    request arriving), draining stderr."""
+    request arriving) or "wake" (the clock passed `wake_at`: the caller has work of its own
+    to do meanwhile, then watches again), draining stderr."""
     while True:
         now = time.monotonic()
         left = None if deadline is None else deadline - now
         if left is not None and left <= 0:
             return "deadline"
+        if wake_at is not None:
+            if now >= wake_at:
+                return "wake"
+            left = wake_at - now if left is None else min(left, wake_at - now)
         fds = [pidfd] + ([stderr.fd] if stderr and stderr.open else [])
         if control is not None and now >= control_from:
             fds.append(control)

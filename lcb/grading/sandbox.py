@@ -16,15 +16,25 @@ Always (both tiers, any uid):
 - Nothing of lcb is reachable. lcb's processes are non-dumpable (no `/proc/<pid>/fd`,
   `environ`, `mem` or ptrace for the same uid); programs get a scrubbed environment (no API
   key), exactly fds 0/1/2 (plus the functional channel to the judge), their own session.
-- Landlock (Linux >= 5.13, where enabled): a program reads only the system directories and the
-  interpreter (not lcb's checkout, its data, results, any home, nor the cgroup files), writes
-  only its own `/tmp` or working directory, cannot bind or connect TCP (ABI >= 4), nor signal
-  or connect to an abstract socket of any process outside its domain (ABI >= 6).
+- Landlock (Linux >= 5.13, where enabled): a program reads only the system directories, the
+  interpreter and its packages (`lcb.grading.visible`: not lcb's checkout, nor, when lcb is
+  installed from a wheel, the `lcb` package and its records in `site-packages`, whose other
+  entries stay readable; not its data, results, any home, nor the cgroup files), writes only
+  its own `/tmp` or working directory, cannot bind or connect TCP (ABI >= 4), nor signal or
+  connect to an abstract socket of any process outside its domain (ABI >= 6).
 - seccomp (x86-64, aarch64; `lcb.grading.seccomp`): no kernel keyrings (a key would outlive its
   program and reach later ones), no new user namespaces, no io_uring, userfaultfd,
-  perf_event_open or bpf, no vsock, no other syscall ABI.
+  perf_event_open or bpf, no vsock, no other syscall ABI; where a layer below is missing, it
+  stands in: no `socket()` without the slot's network namespace (`socketpair` stays), no
+  memfd without a memory cgroup that enforces the cap, no System V IPC or POSIX message
+  queues without a private IPC namespace.
+- No socket a program opens reaches another program or lcb, UDP and unix sockets included:
+  as root each slot and each python_exec run has a network namespace of its own (its loopback
+  is down; programs of a slot run one after another), otherwise `socket()` is refused. So
+  programs graded side by side cannot pool what they learn of their verdicts.
 - Resources: rlimits (address space `LCB_FUNCTIONAL_MEMORY_BYTES` / `LCB_SANDBOX_MEMORY_BYTES`,
-  CPU seconds, 16 MiB per file and captured stdout, 256 files, no core dumps), a wall-clock
+  CPU seconds, 16 MiB per file and captured stdout, 256 files, no core dumps; without a
+  memory cgroup, memfds are refused, as their pages escape the address-space cap), a wall-clock
   deadline, and after every run every process it started is killed and reaped (the program's
   host and the zygote are child subreapers). stderr is drained, never capped, never judged.
 
@@ -35,9 +45,13 @@ As root (lcb's usual case in containers and on cluster nodes), also:
 - a private, size-capped tmpfs `/tmp` and `/dev/shm`, a private IPC namespace and a `/proc`
   that shows only its own uid's processes, per program: nothing it writes outlives it or
   reaches the next program, and it sees neither lcb's processes nor other programs';
-- where cgroup v1 is mounted: per slot a pids group (pids.max), a memory group whose limit
-  covers memfd, tmpfs and shared memory, and a cpu group of equal weight, so one program
-  cannot starve another graded beside it into a time limit.
+- a network namespace per slot (and per python_exec run), loopback down (see above);
+- where cgroup v1 is mounted: per slot a pids group (pids.max), a memory group, and a cpu group
+  of equal weight, so one program cannot starve another graded beside it into a time limit.
+  Each program's host sets the memory group's limit to that program's own cap plus
+  `MEMORY_HEADROOM` (96 MiB, shared with the zygote's and the host's own pages) when it is
+  loaded, so everything a program holds (its memory, memfd, tmpfs and shared-memory pages)
+  counts against its own mode's cap; beyond it the program is killed (`memory_limit`).
 
 `sandbox="bwrap"` adds bubblewrap around judges, zygotes and python_exec: no network at all (UDP
 too), a read-only root, its own PID, IPC and UTS namespaces, `--cap-drop ALL` (a zygote keeps
@@ -45,15 +59,21 @@ only what it needs to confine programs) and no user namespace as root (programs 
 unprivileged uid, so a remount is impossible).
 
 What does NOT hold:
-- In the process tier, UDP and unix sockets stay open (Landlock covers TCP only); use bwrap to
-  close the network.
-- As a non-root user: programs run as lcb's uid, so the uid, tmpfs, IPC, /proc and cgroup
-  layers above are missing: a program can write files only where Landlock allows (its working
-  directory), leave System V shared memory behind, see other processes in /proc (not their
-  memory, descriptors or environment), and, without Landlock, signal lcb.
-- A program can signal and stop its own host (the host is its side): that fails its own
-  grade only. Programs of one slot run one after another as the slot's uid; what one leaves
-  is killed before the next starts, and a slot whose leftovers survive the kill is replaced.
+- As a non-root user: programs run as lcb's uid, so the uid, tmpfs, IPC, network, /proc and
+  cgroup layers above are missing (seccomp refuses sockets, memfds and shared System V IPC
+  instead): a program can write files only where Landlock allows (its working directory,
+  bounded by the disk, or by /tmp's size where /tmp is a tmpfs, not by its memory cap), see
+  other processes in /proc (not their memory, descriptors or environment), and, without
+  Landlock, signal lcb.
+- As root without a cgroup-v1 memory controller (cgroup v2): a program's private `/tmp`,
+  `/dev/shm` and System V segments (256, 64 and 64 MiB) hold pages beyond its cap.
+- Without Landlock signal scoping (ABI < 6, before Linux 6.12) a program can signal and stop
+  its own host (the host is its side; with scoping each program process sits in a Landlock
+  domain nested in its host's and the signal is refused): that fails its own grade only, as
+  `infra` (lcb cannot tell who killed or stopped a host, so it grades the program again on a
+  fresh slot, then records that grading failed: never a time limit).
+- Programs of one slot run one after another as the slot's uid; what one leaves is killed
+  before the next starts, and a slot whose leftovers survive the kill is replaced.
 - Without Landlock (old kernels, LSM disabled) programs can read any file their uid can read,
   including the data files: keep data and results unreadable to the programs' uid, or use bwrap.
 - `--grader official` runs LiveCodeBench's in-process grader: the program shares its process
@@ -81,10 +101,15 @@ from dataclasses import asdict, dataclass, fields
 
 from lcb.grading import claims
 from lcb.grading.cgroups import Jail
-from lcb.grading.contain import Limits, become_subreaper, die_with_parent, own_rlimits
+from lcb.grading.contain import (
+    MEMORY_HEADROOM,
+    Limits,
+    become_subreaper,
+    die_with_parent,
+    own_rlimits,
+)
 from lcb.grading.launch import SANDBOXES, SandboxUnavailable, check_sandbox, python_argv, start
 from lcb.grading.privilege import can_switch_uid, make_undumpable, set_dumpable
-from lcb.grading.slot import MEMORY_HEADROOM
 
 __all__ = ["SANDBOXES", "RunResult", "SandboxError", "SandboxUnavailable", "check_sandbox",
            "run_python"]
@@ -140,8 +165,9 @@ def run_python(code: str, stdin: str = "", *, timeout_s: float = 10.0,
                        memory_bytes=limits.memory_bytes + MEMORY_HEADROOM
                        if limits.memory_bytes else 0)
     try:
+        bounded = jail is not None and "memory" in jail.paths  # this run's own memory group
         argv = python_argv("lcb.grading.sandbox:serve_one", sandbox=sandbox, role="exec",
-                           args=(claim.uid if claim else None,))
+                           args=(claim.uid if claim else None, bounded))
         proc = start(argv, jail=jail, stderr=subprocess.PIPE, oom_score_adj=-1000)
         try:
             out, err = proc.communicate(request, timeout=timeout_s + _SLACK_S)
@@ -182,8 +208,9 @@ def _stop(proc: subprocess.Popen, jail: Jail | None) -> None:
         jail.remove()
 
 
-def serve_one(uid: int | None = None) -> None:
-    """Entry of the fresh helper process: run one request from stdin, answer JSON on stdout."""
+def serve_one(uid: int | None = None, memory_bounded: bool = False) -> None:
+    """Entry of the fresh helper process: run one request from stdin, answer JSON on stdout
+    (`memory_bounded`: the helper's own memory cgroup holds the snippet to its cap)."""
     from lcb.grading import child, host, mounts, zygote
     from lcb.grading.process import (
         StderrTail,
@@ -202,10 +229,11 @@ def serve_one(uid: int | None = None) -> None:
     make_undumpable()
     die_with_parent()
     become_subreaper()
-    identity, _ = zygote.decide(uid)
+    identity, _ = zygote.decide(uid, memory_bounded=memory_bounded)
     if identity.private_tmp:
         mounts.private_tmp(temp_root(), tmp_bytes=limits.tmp_bytes, shm_bytes=limits.shm_bytes,
-                           keep=identity.read_roots)
+                           keep=identity.read_roots + identity.list_roots,
+                           hidden=identity.hidden)
     workdir = make_workdir("lcb-exec-")
     if uid is not None:
         os.chown(workdir, uid, uid)

@@ -3,8 +3,10 @@
 `Slot.start(sandbox)` starts both (`lcb.grading.judge`, `lcb.grading.zygote`, each a fresh
 interpreter; under bubblewrap for "bwrap"), joined by a seqpacket socket:
 - the zygote and every program it forks live in the slot's jail (`cgroups.Jail`): pids.max,
-  a memory limit covering the program's cap plus `MEMORY_HEADROOM` (shared memory and memfds
-  included), a cpu group of equal weight; lcb's processes set their OOM score to -1000 and the
+  a memory limit (shared memory, tmpfs and memfds included), a cpu group of equal weight. The
+  zygote gets a descriptor on the limit, and each program's host sets it to that program's
+  own cap plus `MEMORY_HEADROOM` when it is loaded (`lcb.grading.host.confine`); until then
+  it is the larger cap plus the headroom. lcb's processes set their OOM score to -1000 and the
   program's side to +1000, so the memory cgroup kills the program first;
 - as root, the slot claims a uid of its own (`lcb.grading.claims`) that its programs run as,
   and, where one is free, a CPU that its judge, zygote and programs are pinned to;
@@ -27,11 +29,10 @@ from typing import Any
 
 from lcb.grading import claims, launch, wire
 from lcb.grading.cgroups import Jail
-from lcb.grading.contain import MIB, Limits
+from lcb.grading.contain import MEMORY_HEADROOM, Limits
 from lcb.grading.privilege import can_switch_uid
 from lcb.grading.verdicts import Verdict, clip
 
-MEMORY_HEADROOM = 96 * MIB   # the zygote's and the host's own pages, above a program's cap
 ANSWER_LIMIT = 64 << 20
 _START_TIMEOUT_S = 60.0
 _VERDICTS = frozenset(v.value for v in Verdict)
@@ -70,11 +71,14 @@ class Slot:
         log = tempfile.TemporaryFile()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pin = cpu.value if cpu else None
+        limit = jail.open_memory_limit() if jail is not None else None
+        passed = (theirs.fileno(),) if limit is None else (theirs.fileno(), limit)
         try:
             zygote = launch.start(
                 launch.python_argv("lcb.grading.zygote:main", sandbox=sandbox, role="zygote",
-                                   args=(theirs.fileno(), uid.value if uid else None, pin)),
-                jail=jail, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                   args=(theirs.fileno(), uid.value if uid else None, pin,
+                                         limit)),
+                jail=jail, pass_fds=passed, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=log, oom_score_adj=-1000)
             judge = launch.start(
                 launch.python_argv("lcb.grading.judge:main", sandbox=sandbox, role="judge",
@@ -84,6 +88,8 @@ class Slot:
         finally:
             mine.close()
             theirs.close()
+            if limit is not None:
+                os.close(limit)
         slot = cls(judge, zygote, jail, held, log)
         slot._hello(sandbox)
         return slot
@@ -194,5 +200,5 @@ def check_official_run(run: Any) -> dict:
     if segments is not None:
         segments = [[int(start), [int(c) for c in codes], dict(meta)]
                     for start, codes, meta in segments]
-    return {"segments": segments, "killed": bool(run["killed"]),
+    return {"segments": segments, "killed": bool(run["killed"]), "lost": bool(run["lost"]),
             "wall_s": _number(run["wall_s"]), "cpu_s": _number(run["cpu_s"])}

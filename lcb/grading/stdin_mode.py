@@ -2,7 +2,10 @@
 
 The judge keeps up to `AHEAD_TESTS` tests (and `AHEAD_BYTES` of input) queued at the host
 (`lcb.grading.host_stdin`): for each, an input memfd and an empty stdout memfd. The host runs
-them back to back and reports in batches; for each report the judge reads what the process
+them back to back and reports in batches, each report at most `host_stdin.BATCH_S` after its
+test ended (even while the next test runs), so between two messages there is at most one test's
+time: the judge's wait for a message expires only when the host is lost, never because a
+program used its time. For each report the judge reads what the process
 wrote and decides: the test passes iff the process exited with code 0 before its deadline and
 its stdout matches by the official comparison, which runs here: the program's process never
 holds an expected output. At the first failure (fail-fast) the judge sends `stop` and drops the
@@ -128,11 +131,13 @@ def _reports(message: dict) -> list[dict]:
 
 
 def lost_result(index: int, job: Job, exc: HostLost) -> dict:
-    """The verdict of a test whose host went away (killed by the program: a runtime error) or
-    went silent (stopped by it, or the test overran: a time limit)."""
-    verdict = Verdict.TIME_LIMIT if exc.timed_out else Verdict.RUNTIME_ERROR
-    return {"i": index, "v": verdict, "wall": job.timeout_s if exc.timed_out else 0.0,
-            "cpu": 0.0, "actual": "", "error": f"the program's host stopped answering: {exc}"}
+    """The result of a test whose host went away or went silent: `Verdict.INFRA`, never a time
+    limit (only the program's own time, which the host measures, decides one). Whoever killed
+    or stopped the host (its program may have: the host is the program's side), the judge
+    cannot tell, so the pool grades the program again on a fresh slot."""
+    how = "did not answer in time" if exc.timed_out else "went away"
+    return {"i": index, "v": Verdict.INFRA, "wall": 0.0, "cpu": 0.0, "actual": "",
+            "error": f"the program's host {how} while test {index} ran: {exc}"}
 
 
 def _verdict(job: Job, index: int, report: dict, out_fd: int) -> dict:

@@ -1,7 +1,9 @@
 """Verdicts: the enum every test result carries, and the clipping of feedback text.
 
-Contract: `Verdict` values are the strings records carry. This module is stdlib-only and slim
-(zygotes import it; forking them must stay cheap). The grade data (`TestOutcome`,
+Contract: `Verdict` values are the strings records carry. `INFRA` is not a verdict on the
+program: grading itself failed (a host, judge or zygote lost, a slot that died or would not
+start), on a retry too (`lcb.grading.pool`). This module is stdlib-only and slim (zygotes
+import it; forking them must stay cheap). The grade data (`TestOutcome`,
 `Feedback`, `Grade`) lives in `lcb.grading.grades` and is re-exported here on first use.
 """
 
@@ -26,6 +28,7 @@ class Verdict(StrEnum):
     MEMORY_LIMIT = "memory_limit"
     OUTPUT_LIMIT = "output_limit"
     COMPILE_ERROR = "compile_error"
+    INFRA = "infra"  # the grading infrastructure failed: no verdict on the program
 
 
 def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:

@@ -1,6 +1,8 @@
 """Data-only channels between lcb's processes: JSON, size-capped, never a pickle.
 
-- Pipes (pool <-> judge): frames of an 8-byte big-endian length and a UTF-8 JSON document.
+- Pipes (pool <-> judge): frames of an 8-byte big-endian length and a UTF-8 JSON document
+  (a lone surrogate, which a program or a test may hold, travels in its `surrogatepass` form,
+  which `json.loads` of bytes reads back).
   `write_frame(fd, value)`; `read_frame(fd, limit=…, deadline=…)` refuses a frame over `limit`
   bytes before reading it, and raises `ChannelError` at EOF, at the deadline or for bad JSON.
 - Seqpacket sockets (judge <-> zygote, judge <-> program host): one JSON object per packet,
@@ -52,7 +54,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def write_frame(fd: int, value: Any) -> None:
-    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
+                                                                              "surrogatepass")
     write_all(fd, len(data).to_bytes(_HEADER, "big") + data)
 
 

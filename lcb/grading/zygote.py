@@ -1,21 +1,32 @@
 """The zygote: the clean process every program host is forked from, one per grading slot.
 
-Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu)'`, in the slot's pids, memory
-and cpu cgroups, under bubblewrap for `sandbox="bwrap"`; its hosts pin themselves to the slot's
-CPU once loaded, so spares are prepared on any core), it imports
+Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu, memory_limit)'`, in the slot's
+pids, memory and cpu cgroups, under bubblewrap for `sandbox="bwrap"`; its hosts pin themselves
+to the slot's CPU once loaded, so spares are prepared on any core), it imports
 what programs and hosts need (the prelude's modules, lcb's grading code, templates of the
 program modules), decides how programs are confined (`Identity`), and then only ever forks
 hosts. It never receives a test or
 a program's text: a request carries the program as a memfd that only the new host reads. So
 whatever a program finds in its own memory is the prelude, lcb's code and its own source.
 
-Confinement, decided here once (each part is probed in a throw-away child first):
+Confinement, decided here once (each part is probed in a throw-away child first, or applied
+here where failing changes nothing):
 - as root with CAP_SETUID: programs run as the slot's own uid; when the interpreter lives
   under a directory others cannot search (`/root`), the zygote enters a mount namespace in
   which exactly the interpreter's directories are visible (`mounts.readable_view`);
 - as root with CAP_SYS_ADMIN: a private tmpfs `/tmp` and `/dev/shm` per program;
-- Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data);
-- a seccomp filter (`lcb.grading.seccomp`: no keyrings, no user namespaces, no io_uring, ...).
+- as root with CAP_SYS_ADMIN: a network namespace of the slot's own (`mounts.private_network`,
+  made here, once: about 0.5 ms), with a loopback that is down, so no socket of a program
+  reaches another program; its programs run one after another and nothing of one outlives it;
+- where the slot has a memory cgroup (`memory_limit`, a descriptor on its
+  `memory.limit_in_bytes` opened by the slot, proved writable here): each host sets it for its
+  own program when it is loaded and closes it (`lcb.grading.host.confine`), so memfd, tmpfs
+  and shared-memory pages count against that program's own cap;
+- Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data:
+  `lcb.grading.visible`);
+- a seccomp filter (`lcb.grading.seccomp`: no keyrings, no user namespaces, no io_uring, ...;
+  and no `socket()` without the network namespace, no memfd without a memory cgroup, no
+  System V or POSIX message IPC without a private IPC namespace).
 
 Protocol on its seqpacket socket (with the judge): it says `{"ready", "pid", "isolation"}` (or
 `{"error"}`) once; `{"op": "host", "mode"}` kills whatever earlier programs left, answers
@@ -34,7 +45,12 @@ from typing import Any, NoReturn
 
 from lcb.grading import host as program_host
 from lcb.grading import landlock, mounts, privilege, seccomp, wire
-from lcb.grading.cgroups import own_group, read_oom_kills
+from lcb.grading.cgroups import (
+    own_group,
+    read_memory_limit,
+    read_oom_kills,
+    set_memory_limit,
+)
 from lcb.grading.contain import (
     become_subreaper,
     children_of,
@@ -46,29 +62,7 @@ from lcb.grading.contain import (
 )
 from lcb.grading.prelude import import_prelude_modules
 from lcb.grading.process import sweep_stale_workdirs, temp_root
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# /sys only for the CPU topology numerical libraries read: not /sys/fs/cgroup, whose counters
-# (memory peaks, OOM kills of other slots) would be a channel between programs.
-SYSTEM_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc",
-                "/proc", "/sys/devices/system/cpu", "/dev")
-
-
-def read_roots() -> tuple[str, ...]:
-    """What programs may read: the system directories, the interpreter and every directory on
-    sys.path, except lcb's checkout (its code, sample data and the default results live there)
-    and anything above it. A venv inside the checkout stays readable: it is a directory below."""
-    paths = [*SYSTEM_ROOTS, sys.base_prefix, sys.prefix, sys.exec_prefix, *sys.path]
-    root = os.path.realpath(ROOT)
-    keep: list[str] = []
-    for path in paths:
-        if not path or not os.path.isdir(path):
-            continue
-        real = os.path.realpath(path)
-        if root == real or root.startswith(real.rstrip("/") + "/"):
-            continue
-        keep.append(real)
-    return tuple(dict.fromkeys(keep))
+from lcb.grading.visible import ROOT, SYSTEM_ROOTS, read_roots  # noqa: F401 - re-exported
 
 
 def _warm_up() -> None:
@@ -115,12 +109,17 @@ def _hidden_proc(tmp: str) -> None:
         raise OSError("/proc could not be remounted with hidepid")
 
 
-def decide(uid: int | None, cpu: int | None = None) -> tuple[program_host.Identity, dict]:
-    """The programs' confinement, and its description for the pool (see module docstring)."""
-    roots = read_roots()
+def decide(uid: int | None, cpu: int | None = None, *, memory_limit: int | None = None,
+           memory_bounded: bool = False) -> tuple[program_host.Identity, dict]:
+    """The programs' confinement, and its description for the pool (see module docstring).
+    `memory_limit`: the slot's limit file, set per program; `memory_bounded`: a memory cgroup
+    already bounds the (single) program at its cap (a python_exec run's own group)."""
+    visible = read_roots()
     info: dict[str, Any] = {"uid": uid, "landlock_abi": landlock.abi(), "view": []}
     if uid is not None:
-        info["view"] = mounts.readable_view(roots, uid)
+        info["view"] = mounts.readable_view(visible.read + visible.listed, uid,
+                                            hidden=visible.hidden)
+    info["netns"] = mounts.private_network()
     tmp = temp_root()
     problem = _probe(lambda: _hidden_proc(tmp)) if uid is not None else "lcb does not run as root"
     if problem and "hidepid" in problem:  # the namespaces work, only /proc stays as it is
@@ -135,19 +134,51 @@ def decide(uid: int | None, cpu: int | None = None) -> tuple[program_host.Identi
         if failed:
             raise OSError(f"cannot run programs as uid {uid}: {failed}")
     if info["landlock_abi"] > 0:
-        failed = _probe(lambda: landlock.restrict(landlock.build(read=roots, write=[tmp])))
+        failed = _probe(lambda: landlock.restrict(landlock.build(
+            read=visible.read, listed=visible.listed, write=[tmp])))
         if failed:
             raise OSError(f"Landlock is available but does not apply: {failed}")
-    info["seccomp"] = seccomp.available() and _probe(seccomp.install) is None
+    memory_limit = _usable_limit(memory_limit)
+    info["memory_per_program"] = memory_bounded or memory_limit is not None
+    info["seccomp"] = _seccomp_applies(info)
     memory = _memory_group()
     info["memory_cgroup"] = memory is not None
     info["cpu"] = cpu
-    return program_host.Identity(uid, info["private_tmp"], info["landlock_abi"] > 0, roots,
-                                 memory, info["seccomp"], cpu), info
+    return program_host.Identity(
+        uid=uid, private_tmp=info["private_tmp"], landlock=info["landlock_abi"] > 0,
+        read_roots=visible.read, memory_group=memory, seccomp=info["seccomp"], cpu=cpu,
+        list_roots=visible.listed, hidden=visible.hidden, netns=info["netns"],
+        memory_limit=memory_limit, memory_bounded=info["memory_per_program"]), info
 
 
-def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoReturn:
-    """Serve the judge until it closes the socket (programs run as `uid`, pinned to `cpu`)."""
+def _usable_limit(fd: int | None) -> int | None:
+    """The slot's memory-limit descriptor if it can be written here (probed by writing the
+    limit back unchanged), else None: it is closed, and programs get no memfd instead."""
+    if fd is None:
+        return None
+    try:
+        set_memory_limit(fd, read_memory_limit(fd), settle_s=0.0)
+        return fd
+    except (OSError, ValueError):
+        os.close(fd)
+        return None
+
+
+def _seccomp_applies(info: dict) -> bool:
+    """Whether the filter installs here (probed); its variants are then built ahead."""
+    flags = {"sockets": info["netns"], "ipc": info["private_tmp"]}
+    if not seccomp.available() or _probe(lambda: seccomp.install(
+            memory=info["memory_per_program"], **flags)) is not None:
+        return False
+    for bounded in {info["memory_per_program"], True}:  # True: a program without a cap
+        seccomp.prepare(memory=bounded, **flags)
+    return True
+
+
+def main(peer_fd: int, uid: int | None = None, cpu: int | None = None,
+         memory_limit: int | None = None) -> NoReturn:
+    """Serve the judge until it closes the socket (programs run as `uid`, pinned to `cpu`;
+    `memory_limit`: a descriptor on the slot's `memory.limit_in_bytes`)."""
     privilege.make_undumpable()
     die_with_parent()
     become_subreaper()
@@ -157,7 +188,7 @@ def main(peer_fd: int, uid: int | None = None, cpu: int | None = None) -> NoRetu
         _warm_up()
         if uid is None:
             sweep_stale_workdirs()
-        identity, info = decide(uid, cpu)
+        identity, info = decide(uid, cpu, memory_limit=memory_limit)
     except Exception as exc:  # noqa: BLE001 - told to the judge, then to the pool
         wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         os._exit(1)

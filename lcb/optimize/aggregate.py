@@ -18,10 +18,11 @@ Contract of `aggregate(root, split_mixed=False)`:
   baseline passed, c: only the deployed bundle passed), the exact McNemar p-value and `cost`
   (`lcb.optimize.jobcost.read_cost`). Per group: mean and sample std of Δ over seeds, the
   seed-stratified paired bootstrap CI (`lcb.optimize.stats`) and `cost`: the budget, and the
-  means per seed (over seeds that record them) of charged rollouts, proposals, accepted ones
-  and uncharged tokens (prompt + completion) per kind. Holm's correction runs over every
-  per-seed McNemar p-value of a (dataset × model) family, across methods and cells
-  (`p_holm`).
+  means per seed (over seeds that record them) of charged rollouts, proposals, accepted ones,
+  infrastructure failures (`infra_failures_mean`: rollout attempts lost to an endpoint, a
+  timeout or grading, never charged) and uncharged tokens (prompt + completion) per kind.
+  Holm's correction runs over every per-seed McNemar p-value of a (dataset × model) family,
+  across methods and cells (`p_holm`).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
 - `group_rows(jobs)` is the summary's `groups` for jobs gathered from anywhere (`find_jobs`
   over several folders, as `lcb report` does).
@@ -184,7 +185,7 @@ def _group_cost(costs: list[dict[str, Any]]) -> dict[str, Any]:
     usage = [cost["uncharged"] for cost in costs]
     return {"budget": budgets.pop() if len(budgets) == 1 else None,
             **{f"{key}_mean": _mean(cost[key] for cost in costs)
-               for key in ("charged", "proposals", "accepted")},
+               for key in ("charged", "proposals", "accepted", "infra_failures")},
             "tokens_mean": {kind: _mean(u[kind]["prompt_tokens"] + u[kind]["completion_tokens"]
                                         for u in usage if u is not None) for kind in KINDS}}
 

@@ -42,6 +42,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
+from lcb.io import BadJson, json_text, loads
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.conformance import STANDARD_SPLIT_SIZES, Requirement
 from lcb.runs.records import RecordsError, pass_at_1, read_records
@@ -273,8 +274,14 @@ def append_history(job_dir: Path, entry: HistoryEntry) -> None:
     """Append one entry to `history.jsonl` and flush it to disk."""
     path = Path(job_dir) / Artifact.HISTORY
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(entry.model_dump_json() + "\n")
+        handle.write(history_line(entry))
         handle.flush()
+
+
+def history_line(entry: HistoryEntry) -> str:
+    """One `history.jsonl` line. Not `model_dump_json`: a proposed prompt may hold a lone
+    surrogate, which pydantic's JSON can neither write nor read (`lcb.io.json_text` can)."""
+    return json_text(entry.model_dump(mode="json"), separators=(",", ":")) + "\n"
 
 
 def read_history(job_dir: Path) -> list[HistoryEntry]:
@@ -283,12 +290,14 @@ def read_history(job_dir: Path) -> list[HistoryEntry]:
     if not path.exists():
         return []
     # Text after the last newline is a line cut short by a kill (or ""): it is left out.
-    lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+    lines = path.read_bytes().split(b"\n")[:-1]
     entries = []
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
-                entries.append(HistoryEntry.model_validate_json(line))
+                entries.append(HistoryEntry.model_validate(loads(line)))
+            except BadJson as exc:  # a resumed job would retrace the wrong path: refuse
+                raise ArtifactError(f"{path}:{number}: {exc}") from None
             except ValidationError as exc:
                 raise ArtifactError(f"{path}:{number}: {_first(exc)}") from None
     return entries

@@ -68,7 +68,8 @@ def bundle_hash(bundle: Mapping[str, str]) -> str:
     """Stable content hash: 16 hex digits of sha256 over the sorted-key JSON of the bundle."""
     canonical = json.dumps(dict(bundle), sort_keys=True, ensure_ascii=False,
                            separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+    # surrogatepass: a proposed prompt may hold a lone surrogate; other text hashes as UTF-8
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def unclosed_fence(text: str) -> bool:

@@ -16,7 +16,8 @@ Contract:
   kind and purpose, so calls in flight at once get their own answers back whatever order they
   finished in. Failed calls are journaled with their error and never replayed.
 - `calls.jsonl.gz` is one gzip stream per session, flushed after every call; a resumed job first
-  rewrites the file with the complete calls it holds (a kill can cut the last one short).
+  rewrites the file with the complete calls it holds (a kill can cut the last one short); a
+  damaged complete line refuses the resume (`ArtifactError` naming it).
 - A call that fails after the client's retries raises `ReflectionError` naming the endpoint.
 - With a response cache (`cache`, `lcb.agents.cache`), calls not in the journal go through it
   with their kind as the purpose.
@@ -45,6 +46,8 @@ from lcb.agents.endpoints import redact_url
 from lcb.agents.llm import ModelCallError, ModelGateway
 from lcb.agents.models import ModelConfig, resolve_model
 from lcb.agents.usage import CallTag, UsageLedger
+from lcb.io import BadJson, json_text, loads
+from lcb.optimize.artifacts import ArtifactError
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.method import ReflectionError
 from lcb.optimize.seeds import Phase, request_seed
@@ -111,7 +114,7 @@ class CallJournal:
     def append(self, line: dict[str, Any]) -> None:
         if self._stream is None:
             self._stream = gzip.GzipFile(self.path, mode="ab", mtime=0)
-        self._stream.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+        self._stream.write((json_text(line) + "\n").encode("utf-8"))  # any string
         self._stream.flush()  # a sync flush: every complete call is readable after a kill
         self.lines.append(line)
         if line.get("error") is None:
@@ -125,7 +128,9 @@ class CallJournal:
 
 
 def _read_calls(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of the (possibly cut-short, multi-stream) gzip file."""
+    """Every complete line of the (possibly cut-short, multi-stream) gzip file; a damaged
+    complete line raises `ArtifactError` naming it (replaying around it would not retrace the
+    interrupted job)."""
     if not path.exists():
         return []
     data, text = path.read_bytes(), b""
@@ -138,15 +143,26 @@ def _read_calls(path: Path) -> list[dict[str, Any]]:
         if not inflater.eof:
             break
         data = inflater.unused_data
-    complete = text[:text.rfind(b"\n") + 1].decode("utf-8", errors="replace")
-    return [json.loads(line) for line in complete.splitlines() if line.strip()]
+    lines = []
+    for number, line in enumerate(text[:text.rfind(b"\n") + 1].split(b"\n"), 1):
+        if line.strip():
+            try:
+                value = loads(line)
+            except BadJson as exc:
+                value = exc
+            if not isinstance(value, dict):
+                why = value if isinstance(value, BadJson) else "expected a JSON object"
+                raise ArtifactError(f"{path}: line {number}: {why}; the journal is damaged, so "
+                                    "the job cannot resume from it")
+            lines.append(value)
+    return lines
 
 
 def _rewrite(path: Path, lines: Sequence[dict[str, Any]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with gzip.GzipFile(tmp, mode="wb", mtime=0) as stream:
         for line in lines:
-            stream.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+            stream.write((json_text(line) + "\n").encode("utf-8"))
     os.replace(tmp, path)
 
 

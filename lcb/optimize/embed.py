@@ -105,7 +105,8 @@ class HashingEmbedder(_Cached):
     def _encode(self, text: str) -> list[float]:
         vector = [0.0] * self.dim
         for gram, weight in self.features(text).items():
-            digest = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8).digest(), "big")
+            data = gram.encode("utf-8", "surrogatepass")  # any text, lone surrogates included
+            digest = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
             vector[digest % self.dim] += weight if digest >> 63 else -weight
         norm = math.sqrt(sum(x * x for x in vector))
         if norm == 0.0:  # every feature cancelled out in a collision: fall back to a fixed axis

@@ -8,8 +8,9 @@ Contract:
   request is answered from the cache without a pool call, so a program the team writes again
   (another seed, another bundle with the same answer) is graded once.
 - Async-safe: concurrent identical requests share one pool call (the first starts it, the
-  others await it). A call that raises is not cached: every waiter gets the exception and the
-  next request grades again. In memory, per event loop; `hits` and `misses` count requests.
+  others await it). A call that raises, or whose grade is `infra` (grading failed twice, see
+  `lcb.grading.pool`), is not cached: every waiter gets that outcome and the next request
+  grades again. In memory, per event loop; `hits` and `misses` count requests.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class GradeSettings:
 
 
 def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # any program
 
 
 def tests_digest(tests: Sequence[Test]) -> str:
@@ -88,7 +89,7 @@ class GradeCache:
         return await asyncio.shield(entry)
 
     def _forget_failure(self, key: tuple[Any, ...], done: asyncio.Future[Grade]) -> None:
-        if done.cancelled() or done.exception() is not None:
+        if done.cancelled() or done.exception() is not None or done.result().infra:
             if self._entries.get(key) is done:
                 del self._entries[key]
 

@@ -1,7 +1,8 @@
 """What one optimizer job spent: charged rollouts, proposals and uncharged calls per kind.
 
 Contract of `read_cost(job_dir, budget=...)`:
-- Returns `{"budget", "charged", "proposals", "accepted", "uncharged", "source"}` where
+- Returns `{"budget", "charged", "proposals", "accepted", "infra_failures", "uncharged",
+  "source"}` where
   `uncharged` is `{kind: {"calls", "prompt_tokens", "completion_tokens"}}` for every kind in
   `KINDS` (zeros when the job made no such call) and `source` names the file the numbers came
   from: "result.json", "ledger.json" or None when neither says anything.
@@ -9,7 +10,9 @@ Contract of `read_cost(job_dir, budget=...)`:
   before it existed) comes from the fallback: `charged` and `uncharged` from `ledger.json`,
   `proposals` / `accepted` by counting `history.jsonl` lines of kind "proposal" (and those with
   `accepted: true`; 0 without a history), `budget` from the caller (job.json's budget).
-  `charged` (and `uncharged`) are None when neither file records them.
+  `charged` (and `uncharged`) are None when neither file records them. `infra_failures`:
+  rollout attempts that failed for infrastructure (an endpoint, a timeout, grading that failed:
+  an exception or an `infra` grade), from the ledger; None when no file records it.
 - Older ledgers keyed uncharged usage by purpose ("gepa:reflect:coder"); `kind_of` maps a key
   to its kind: one of `KINDS` as is, else "judge" or "probe" when the key contains that word,
   else "reflect". Usage of keys that map to one kind is summed.
@@ -23,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lcb.io import BadJson, loads
 from lcb.optimize.artifacts import Artifact, ArtifactError
 
 KINDS = ("reflect", "judge", "probe")
@@ -59,7 +63,7 @@ def read_cost(job_dir: Path, *, budget: int | None) -> dict[str, Any]:
     where = f"{result_file}: cost"
     cost = {key: (_count(declared[key], f"{where}.{key}", nullable=True) if key in declared
                   else fallback[key])
-            for key in ("budget", "charged", "proposals", "accepted")}
+            for key in ("budget", "charged", "proposals", "accepted", "infra_failures")}
     uncharged = (_by_kind(declared["uncharged"], f"{where}.uncharged")
                  if "uncharged" in declared else fallback["uncharged"])
     return {**cost, "uncharged": uncharged, "source": Artifact.RESULT.value}
@@ -70,11 +74,13 @@ def _fallback(job_dir: Path, *, budget: int | None) -> dict[str, Any]:
     ledger_file = job_dir / LEDGER
     if not ledger_file.exists():
         return {"budget": budget, "charged": None, "proposals": proposals,
-                "accepted": accepted, "uncharged": None, "source": None}
+                "accepted": accepted, "infra_failures": None, "uncharged": None, "source": None}
     ledger = _json(ledger_file)
     return {"budget": budget,
             "charged": _count(ledger.get("charged"), f"{ledger_file}: charged", nullable=True),
             "proposals": proposals, "accepted": accepted,
+            "infra_failures": _count(ledger.get("infra_failures"),
+                                     f"{ledger_file}: infra_failures", nullable=True),
             "uncharged": _by_kind(ledger.get("uncharged", {}), f"{ledger_file}: uncharged"),
             "source": LEDGER}
 
@@ -97,15 +103,15 @@ def _proposals(history: Path) -> tuple[int, int]:
     if not history.exists():
         return 0, 0
     # Text after the last newline is a line cut short by a kill (or ""): it is left out.
-    lines = history.read_text(encoding="utf-8").split("\n")[:-1]
+    lines = history.read_bytes().split(b"\n")[:-1]
     proposals = accepted = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{history}:{number}: not JSON ({exc.msg})") from None
+            entry = loads(line)
+        except BadJson as exc:
+            raise ArtifactError(f"{history}:{number}: {exc}") from None
         if not isinstance(entry, dict):
             raise ArtifactError(f"{history}:{number}: not a JSON object")
         if entry.get("kind") == "proposal":

@@ -2,7 +2,8 @@
 
 Contract:
 - `RolloutJournal(job_dir)` reads `DIR/rollouts.jsonl` (one line per charged rollout, in charge
-  order; a line cut short by a kill is dropped from the file) and the rollouts' full results in
+  order; a line cut short by a kill is dropped from the file; any other damaged line refuses the
+  resume with an `ArtifactError` naming it) and the rollouts' full results in
   `DIR/transcripts/NNNNN.json.gz` (the team result: transcript, usage, fields; the grade; the
   feedback). `append(rollout, charged=...)` writes the transcript file first, then the line
   (both fsync-ed), so a line always names a complete transcript. A rollout refunded after every
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterable
@@ -32,7 +32,14 @@ from typing import Any
 from lcb.grading import Grade
 from lcb.grading.grades import Feedback, TestOutcome
 from lcb.grading.verdicts import Verdict
-from lcb.optimize.artifacts import Artifact, HistoryEntry, read_history
+from lcb.io import BadJson, json_text, loads
+from lcb.optimize.artifacts import (
+    Artifact,
+    ArtifactError,
+    HistoryEntry,
+    history_line,
+    read_history,
+)
 from lcb.optimize.method import Rollout
 from lcb.runs.rundir import read_transcript, write_transcript
 from lcb.teams import TeamResult
@@ -52,7 +59,8 @@ def rollout_key(bundle_hash: str, row: str, iteration: int,
 
 
 def program_hash(code: str | None) -> str | None:
-    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:16] if code else None
+    # surrogatepass: a model's program may hold a lone surrogate, which strict UTF-8 refuses
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()[:16] if code else None
 
 
 def _verdict(rollout: Rollout) -> str:
@@ -174,8 +182,7 @@ class RolloutJournal:
         dropped = len(self.lines) - len(kept)
         if dropped:
             tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in kept),
-                           encoding="utf-8")
+            tmp.write_text("".join(json_text(line) + "\n" for line in kept), encoding="utf-8")
             os.replace(tmp, self.path)
             self.lines = kept
             self._by_key = {}
@@ -187,7 +194,7 @@ class RolloutJournal:
 def _append_line(path: Path, line: dict[str, Any]) -> None:
     """One JSON line, on disk before this returns (a lost node keeps it)."""
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        handle.write(json_text(line) + "\n")  # any string: see lcb.io.json_text
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -201,7 +208,10 @@ def _fsync(path: Path) -> None:
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSONL file; a cut-off tail (a kill mid-write) is cut away."""
+    """The complete lines of a JSONL file; a cut-off tail (a kill mid-write) is cut away.
+
+    A damaged complete line raises `ArtifactError` naming it: skipping it would replay a
+    different job (the rollout run again and charged twice), so the resume is refused."""
     if not path.exists():
         return []
     raw = path.read_bytes()
@@ -209,7 +219,20 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     if end < len(raw):
         with path.open("r+b") as handle:
             handle.truncate(end)
-    return [json.loads(line) for line in raw[:end].decode("utf-8").splitlines() if line.strip()]
+    lines = []
+    for number, line in enumerate(raw[:end].split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            value = loads(line)
+        except BadJson as exc:
+            raise ArtifactError(f"{path}:{number}: {exc}; the journal is damaged, so the job "
+                                "cannot resume from it") from None
+        if not isinstance(value, dict):
+            raise ArtifactError(f"{path}:{number}: expected a JSON object; the journal is "
+                                "damaged, so the job cannot resume from it")
+        lines.append(value)
+    return lines
 
 
 class HistoryLog:
@@ -233,7 +256,7 @@ class HistoryLog:
                         len(self._old) - self._cursor)
             self._truncate(self._cursor)
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(entry.model_dump_json() + "\n")
+            handle.write(history_line(entry))
             handle.flush()
             os.fsync(handle.fileno())
 

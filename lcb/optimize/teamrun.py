@@ -11,7 +11,8 @@ Contract:
   It returns a `Rollout`, or raises:
   * `InfraFailure` when infrastructure (not the answer) failed: the team's error (model
     endpoint failing after the client's retries, a team crash), a run with no model call that
-    no mask explains, the whole-run timeout, or an exception in the grader. It carries the
+    no mask explains, the whole-run timeout, or grading that failed (an exception in the
+    grader, or a grade with the verdict `infra`). It carries the
     tokens the attempt spent (`usage`). When only grading failed, the team run is kept
     (`kept=True`) and the next attempt with the same (bundle, problem, seed, mask) grades it
     again instead of running the team again;
@@ -252,11 +253,17 @@ class TeamRunner:
         if not result.code:
             return None
         try:
-            return await self.grades.grade(problem, result.code, tests=tests)
+            grade = await self.grades.grade(problem, result.code, tests=tests)
         except Exception as exc:  # noqa: BLE001 - the grader's failure is infrastructure
             self._kept[key] = result
             raise InfraFailure(f"grading failed: {type(exc).__name__}: {exc}",
                                usage=usage_of(result), kept=True) from exc
+        if grade.infra:  # grading failed twice in the pool: not the answer's fault either
+            self._kept[key] = result
+            error = grade.feedback.error if grade.feedback else "no verdict"
+            raise InfraFailure(f"grading failed (infra): {error}", usage=usage_of(result),
+                               kept=True)
+        return grade
 
     async def uncharged(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
                         spent: dict[str, int] | None = None) -> Rollout | Failed:

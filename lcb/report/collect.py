@@ -73,7 +73,7 @@ class Condition:
             return None
         try:
             found = read_transcript(where)
-        except (OSError, EOFError, zlib.error, ValueError) as exc:
+        except (OSError, EOFError, zlib.error, ValueError, RecursionError) as exc:
             raise ReportError(f"{where}: not a readable transcript (gzip of JSON): "
                               f"{type(exc).__name__}: {exc}") from None
         if not isinstance(found, dict):
@@ -206,7 +206,7 @@ def _json(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ReportError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ReportError(f"{path}: expected a JSON object, got {type(data).__name__}")

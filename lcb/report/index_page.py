@@ -122,12 +122,14 @@ pass rates, not of pass@1 (the runs table's).</p>{% endif %}
 {% if conds %}
 <h2 id="health">Cost and health</h2>
 <table class="sortable"><thead><tr><th class="l">condition</th><th>solved</th><th>wrong</th>
-<th>no program</th><th>infra errors</th><th>truncated</th><th>LLM calls</th><th>cache hits</th>
+<th>no program</th><th>infra errors</th><th>grading infra</th><th>pass@1, infra left out</th>
+<th>truncated</th><th>LLM calls</th><th>cache hits</th>
 <th>tool calls</th><th>tool errors</th><th>tokens / solved sample</th><th>Pareto</th>
 </tr></thead><tbody>
 {% for c in conds %}{% set h = c.health %}<tr><td class="l">{{ c.label }}</td>
 <td>{{ h.solved }}</td>
-<td>{{ h.wrong }}</td><td>{{ h.no_code }}</td><td>{{ h.infra_error }}</td><td>{{ h.truncated }}</td>
+<td>{{ h.wrong }}</td><td>{{ h.no_code }}</td><td>{{ h.infra_error }}</td>
+<td>{{ h.n_infra }}</td><td>{{ m.num(h.em_graded) }}</td><td>{{ h.truncated }}</td>
 <td>{{ h.llm_calls if h.llm_calls is not none else "—" }}</td>
 <td>{{ h.cache_hits if h.cache_hits is not none else "—" }}</td>
 <td>{{ h.tool_calls if h.tool_calls is not none else "—" }}</td>
@@ -137,11 +139,27 @@ pass rates, not of pass@1 (the runs table's).</p>{% endif %}
 </tr>
 {% endfor %}</tbody></table>
 <p class="muted">Infrastructure errors (endpoint, crash, timeout, grading failure) are kept apart
-from wrong answers; results files have no transcripts, so their call counts are unknown (—).
+from wrong answers; grading infra counts the programs whose grading failed twice (verdict
+<code>infra</code>): pass@1 counts them as failures, as LiveCodeBench would, and the column
+beside it leaves them out; results files have no transcripts, so their call counts are unknown (—).
 Tokens per solved sample: every token the condition spent over the programs that passed (with
 k samples per problem, each sample is a program). The plot puts pass@1 (the mean over
 problems) against tokens per sample, the Pareto front dashed.</p>
 <div class="plots">{{ svg.pareto|safe }}</div>
+{% set agreeing = conds|selectattr("scores.agreement", "defined")|list %}
+{% if agreeing %}<h3 id="agreement">Grader agreement (<code>lcb score --grader both</code>)</h3>
+<table class="sortable"><thead><tr><th class="l">condition</th><th>compared</th>
+<th>agree</th><th>same pass/fail</th><th>pass@1 default</th><th>pass@1 official</th>
+<th class="l">disagreements by class</th></tr></thead><tbody>
+{% for c in agreeing %}{% set a = c.scores.agreement %}<tr><td class="l">{{ c.label }}</td>
+<td>{{ a.n }}</td><td>{{ m.pct(a.rate) }}</td><td>{{ m.pct(a.same_em_rate) }}</td>
+<td>{{ m.num(c.scores.em) }}</td><td>{{ m.num(c.scores.em_official) }}</td>
+<td class="l">{% for name, count in a.by_class.items() if count %}{{ name }} {{ count }}
+{% else %}none{% endfor %}</td></tr>{% endfor %}</tbody></table>
+<p class="muted">Both graders graded every program; they agree when both pass or both first
+fail at the same test. Each disagreement is put in a divergence class of docs/grading.md on
+the program's text and both verdicts (unexplained when none fits); the results file lists
+each one.</p>{% endif %}
 {% if report.grader_disagreements %}<h3>Grader disagreements</h3><table><thead><tr>
 <th class="l">a</th>
 <th class="l">b</th><th class="l">graders</th><th>compared</th><th>disagree</th>

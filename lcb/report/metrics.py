@@ -20,10 +20,11 @@ Contract:
   (pass@1 per contest month).
 - `health(condition)`: outcomes kept apart: `solved`, `wrong` (graded and failed), `no_code`
   (no program, no error), `infra_errors` (the record has an error: endpoint, crash, timeout,
-  grading failure); `truncated`; and from the transcripts `llm_calls`, `cache_hits` (answers
-  served from the response cache), `tool_calls`, `tool_errors` (tool results with status error,
-  plus tool calls whose arguments did not parse). Results files have no transcripts: those
-  counts are None.
+  grading failure); `n_infra`: of those, the programs whose grading failed (verdict `infra`,
+  `lcb.runs.records.is_infra`) and `em_graded`, pass@1 with them left out; `truncated`; and
+  from the transcripts `llm_calls`, `cache_hits` (answers served from the response cache),
+  `tool_calls`, `tool_errors` (tool results with status error, plus tool calls whose arguments
+  did not parse). Results files have no transcripts: those counts are None.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from lcb.report.collect import Condition
-from lcb.runs.records import by_group, pass_at_1, summarize
+from lcb.runs.records import by_group, is_infra, pass_at_1, summarize
 from lcb.runs.scoring import summarize_scores
 
 Shown = Callable[[Any], str | None]
@@ -188,6 +189,8 @@ def outcome(record: Mapping[str, Any]) -> str:
 def health(cond: Condition) -> dict[str, Any]:
     """Outcomes kept apart, truncation and the transcripts' counts (module contract)."""
     kinds = [outcome(r) for r in cond.graded]
+    graded = [(r["id"], int(r["em"])) for r in cond.graded if not is_infra(r)]
     return {**{k: kinds.count(k) for k in ("solved", "wrong", "no_code", "infra_error")},
+            "n_infra": len(cond.graded) - len(graded), "em_graded": pass_at_1(graded),
             "truncated": sum(1 for r in cond.graded if r.get("truncated")),
             **_transcript_counts(cond)}

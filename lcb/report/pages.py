@@ -30,6 +30,7 @@ from typing import Any
 
 from jinja2 import DictLoader, Environment, StrictUndefined
 
+from lcb.io import json_text, write_text
 from lcb.report import aggregates, plots
 from lcb.report import detail_pages as _detail_pages  # noqa: F401 - registers templates
 from lcb.report import index_page as _index_page  # noqa: F401 - registers templates
@@ -61,7 +62,7 @@ def _render(env: Environment, name: str, path: Path, *, title: str, page_title: 
     html = env.get_template(name).render(csp=CSP, css=CSS, script=SCRIPT, title=title,
                                          page_title=page_title, up=up, **values)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    write_text(path, html)  # a lone surrogate (a model's reply) shows as its \uXXXX escape
 
 
 def _svgs(report: dict[str, Any]) -> dict[str, str]:
@@ -128,12 +129,11 @@ def write_report(sources: Sources, out: Path, *, title: str = "lcb report",
 
 def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str) -> None:
     # One line, not indented: a 108-job grid's report.json is then ~40 % smaller.
-    (out / "report.json").write_text(json.dumps(report, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
+    (out / "report.json").write_text(json_text(report) + "\n", encoding="utf-8")
     paper = tables(report)
     for name, text in paper.items():
         (out / "tables").mkdir(exist_ok=True)
-        (out / "tables" / name).write_text(text, encoding="utf-8")
+        write_text(out / "tables" / name, text)
     env = environment()
     matrix = report["flips"]["matrix"]
     names = {pid: page_name(pid) for pid in matrix}

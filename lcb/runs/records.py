@@ -9,9 +9,11 @@ Contract:
   `feedback`, `grader`) and the team's topology-specific `fields`, flattened into the top level.
   `record_key` is a record's identity, (id, sample); a record without `sample` is sample 0.
 - `RecordLog.append` writes one line, flushes and fsyncs it before returning: a record that was
-  appended survives a kill of the process.
+  appended survives a kill of the process. Any string is written (`lcb.io.json_text`: a lone
+  surrogate from a model's reply as its `\\uXXXX` escape).
 - `read_records` tolerates (and with `repair=True` removes) a truncated last line, the only
-  damage a kill mid-write can cause; damage anywhere else raises `RecordsError` naming the line.
+  damage a kill mid-write can cause; damage anywhere else (not UTF-8, not JSON, nested too
+  deeply, not a record) raises `RecordsError` naming the line: a resume must not skip a record.
 - `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.runs.scoring` and the optimizer
   artifacts call it; `lcb.runs.passk` holds the estimator); `by_group` is the one per-difficulty /
   per-platform grouping.
@@ -21,9 +23,13 @@ hold every key of `SUMMARY_KEYS`, with these meanings):
 - `n`: programs graded (records, or valid prediction lines); `n_problems`: distinct problems
   among them; `samples_per_problem`: the fewest programs any of those problems has.
 - `n_extracted`: programs that are non-empty code; `n_errors`: programs whose record has an error.
+- `n_infra`: programs whose grading failed, on a retry too (`is_infra`: a verdict `infra`);
+  their records also have an error, so they are among `n_errors`.
 - `solved` / `extracted_solved`: programs that passed every hidden test (all / with code).
 - `em`: pass@1: per problem, the share of its programs that passed, averaged over problems (with
   one program per problem, solved / n); `extracted_em`: the same over programs with code.
+  `em` counts an `infra` program as a failure, as LiveCodeBench would; `em_graded` is the same
+  pass@1 with the `infra` programs left out (every other program counts, one without code too).
 - `pass_at_k`: {"1": pass@1, "5": ..., "10": ...}, the unbiased estimator averaged over problems,
   for each k at most `samples_per_problem` (see `lcb.runs.passk`); "1" always equals `em`.
 - `ci`: the bootstrap interval of pass@1 over problems: {level, low, high, resamples, seed}.
@@ -39,7 +45,6 @@ with no program at all).
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -48,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from lcb.data.datasets import DIFFICULTIES
+from lcb.io import BadJson, json_text, loads
 from lcb.runs.passk import bootstrap_ci, counts, pass_at_k, problem_rates
 
 
@@ -134,7 +140,7 @@ class RecordLog:
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one record as one line; returns once the line is on disk. Thread-safe."""
         _check(record, str(self.path))
-        line = json.dumps(record, ensure_ascii=False) + "\n"
+        line = json_text(record) + "\n"  # any string, lone surrogates included
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -165,14 +171,13 @@ def read_records(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     records = [_parse(line, path, number) for number, line in enumerate(lines, 1) if line.strip()]
     if tail.strip():
         try:
-            last = json.loads(tail)
-        except ValueError:
+            last = loads(tail)
+        except BadJson:
             if repair:
                 with path.open("r+b") as handle:
                     handle.truncate(len(data) - len(tail))
             return records
-        _check(last, f"{path}:{len(lines) + 1}")
-        records.append(last)
+        records.append(_checked(last, path, len(lines) + 1))
         if repair:
             with path.open("ab") as handle:
                 handle.write(b"\n")
@@ -181,9 +186,13 @@ def read_records(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
 
 def _parse(line: bytes, path: Path, number: int) -> dict[str, Any]:
     try:
-        record = json.loads(line)
-    except ValueError as exc:
+        record = loads(line)
+    except BadJson as exc:
         raise RecordsError(f"{path}:{number}: not a JSON record ({exc})") from None
+    return _checked(record, path, number)
+
+
+def _checked(record: Any, path: Path, number: int) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise RecordsError(f"{path}:{number}: expected a JSON object")
     _check(record, f"{path}:{number}")
@@ -193,10 +202,10 @@ def _parse(line: bytes, path: Path, number: int) -> dict[str, Any]:
 
 
 SUMMARY_KEYS = (
-    "n", "n_problems", "samples_per_problem", "n_extracted", "n_errors", "solved", "em",
-    "extracted_solved", "extracted_em", "pass_at_k", "ci", "n_truncated", "truncation_rate",
-    "by_difficulty", "by_platform", "prompt_tokens", "completion_tokens", "n_llm_calls",
-    "n_tool_calls", "latency_s",
+    "n", "n_problems", "samples_per_problem", "n_extracted", "n_errors", "n_infra", "solved",
+    "em", "em_graded", "extracted_solved", "extracted_em", "pass_at_k", "ci", "n_truncated",
+    "truncation_rate", "by_difficulty", "by_platform", "prompt_tokens", "completion_tokens",
+    "n_llm_calls", "n_tool_calls", "latency_s",
 )
 TOTAL_KEYS = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls")
 
@@ -235,6 +244,13 @@ def _group(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
             "n_truncated": sum(1 for r in rows if r.get("truncated"))}
 
 
+def is_infra(record: Mapping[str, Any]) -> bool:
+    """True when grading failed on the record's program (a verdict `infra`: see
+    `lcb.grading.verdicts`), so its em 0 says nothing about the program."""
+    verdicts = record.get("verdicts")
+    return isinstance(verdicts, list | tuple) and "infra" in verdicts
+
+
 def has_code(record: Mapping[str, Any]) -> bool:
     """True when the program is non-empty code: a scored line's `has_code`, else the record's
     extracted `predicted_code`."""
@@ -269,6 +285,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, unique: bool = True) -> d
     if unique:
         check_unique(rows)
     extracted = [row for row in rows if has_code(row)]
+    graded = [row for row in rows if not is_infra(row)]
     per_problem = counts(_outcomes(rows))
     n_truncated = sum(1 for row in rows if row.get("truncated"))
     return {
@@ -277,8 +294,10 @@ def summarize(records: Iterable[Mapping[str, Any]], *, unique: bool = True) -> d
         "samples_per_problem": min((n for n, _ in per_problem.values()), default=0),
         "n_extracted": len(extracted),
         "n_errors": sum(1 for row in rows if row.get("error")),
+        "n_infra": len(rows) - len(graded),
         "solved": sum(int(row["em"]) for row in rows),
         "em": pass_at_1(_outcomes(rows)),
+        "em_graded": pass_at_1(_outcomes(graded)),
         "extracted_solved": sum(int(row["em"]) for row in extracted),
         "extracted_em": pass_at_1(_outcomes(extracted)),
         "pass_at_k": pass_at_k(_outcomes(rows)),

@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+from lcb.io import json_text
 from lcb.runs.records import read_records, record_key
 
 PREDICTIONS = "predictions.jsonl"
@@ -133,15 +134,16 @@ def _replace_text(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, payload: Any) -> None:
-    """Write pretty JSON atomically."""
-    _replace_text(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    """Write pretty JSON atomically (any string: see `lcb.io.json_text`)."""
+    _replace_text(path, json_text(payload, indent=2) + "\n")
 
 
 def write_transcript(path: Path, payload: dict[str, Any]) -> None:
-    """Write one gzip-compressed JSON transcript atomically."""
+    """Write one gzip-compressed JSON transcript atomically (any string: a model's reply may
+    hold a lone surrogate; see `lcb.io.json_text`)."""
     with _temporary(path) as tmp:
         with gzip.open(tmp, "wt", encoding="utf-8") as handle:
-            json.dump(payload, handle, ensure_ascii=False)
+            handle.write(json_text(payload))
         os.replace(tmp, path)
 
 

@@ -21,12 +21,13 @@ Contract:
 - Every finished sample appends one record (fsync-ed) and, with an output directory, writes its
   transcript first. A per-sample failure (the team's error, a crash, the whole-problem timeout,
   a grading failure) is a record with `error` set and em 0, and the tokens and calls spent
-  before it; the batch goes on.
+  before it; the batch goes on. A program whose grading failed twice (`lcb.grading.pool`) has
+  its `infra` grade in the record (verdicts `["infra"]`) and an error saying what failed.
 - With `resume`, (id, sample) pairs already recorded are skipped (so a resume with more samples
   runs only the new ones), a last line cut short by a kill is removed, and the later records of
   a pair recorded twice move to `predictions.duplicates.jsonl` (said on `stream`); with
-  `retry_errors` too, recorded samples whose record has an error run again (their old records
-  move to `predictions.errors.jsonl`, see `lcb.runs.rundir.set_aside`).
+  `retry_errors` too, recorded samples whose record has an error (`infra` ones included) run
+  again (their old records move to `predictions.errors.jsonl`, see `lcb.runs.rundir.set_aside`).
 - `max_consecutive_errors` samples in a row that end in an error stop the batch (`BatchAborted`):
   an endpoint that dies mid-batch does not turn the rest of the batch into error records.
 - Cancellation (Ctrl-C; SIGTERM where the caller turns it into one, as `lcb run` does with
@@ -60,7 +61,7 @@ from lcb.runs.outcomes import (
     write_summary,
 )
 from lcb.runs.progress import BatchProgress
-from lcb.runs.records import RecordLog, record_key
+from lcb.runs.records import RecordLog, is_infra, record_key
 from lcb.runs.rundir import check_output, set_aside, update_manifest, write_transcript
 from lcb.runs.scoring import check_grading
 from lcb.runs.start import prepare_batch
@@ -121,9 +122,13 @@ class _Batch:
         if result.error or not result.code:
             return None, result.error
         try:
-            return await self.pool.grade(problem, result.code, grader=self.config.grader), None
+            grade = await self.pool.grade(problem, result.code, grader=self.config.grader)
         except Exception as exc:  # infrastructure failure of the grader, for this problem
             return None, f"grading failed: {type(exc).__name__}: {exc}"
+        if grade.infra:  # failed twice for the machinery: the record says so, --retry-errors
+            error = grade.feedback.error if grade.feedback else "no verdict"
+            return grade, f"grading failed (infra): {error}"
+        return grade, None
 
     async def finish(self, work: Work, result: TeamResult, started: float) -> None:
         """Grade, then write the transcript and append the record."""
@@ -220,8 +225,8 @@ def _plan(config: RunConfig, loaded: Loaded, recorded: list[dict]
     samples to run again (`retry_errors`: those whose record has an error)."""
     wanted = {(problem.id, sample) for problem in loaded.problems
               for sample in range(config.samples)}
-    retry = {record_key(r) for r in recorded if r.get("error") and record_key(r) in wanted
-             } if config.retry_errors else set()
+    retry = {record_key(r) for r in recorded if (r.get("error") or is_infra(r))
+             and record_key(r) in wanted} if config.retry_errors else set()
     earlier = {record_key(r): r for r in recorded if record_key(r) not in retry}
     pending = [(problem, sample) for problem in loaded.problems
                for sample in range(config.samples) if (problem.id, sample) not in earlier]

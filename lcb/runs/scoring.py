@@ -10,9 +10,12 @@ Contract:
   `has_code`, `difficulty`, `platform`, `contest_date`, `error` (None) and `Grade.to_record()`
   (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s, cpu_s); those
   keys win over input fields of the same name. A line that cannot be graded (not UTF-8, not
-  JSON, not an object, no id, an id outside the selected problems, no code, a grading-machinery
-  failure) gives an error line: the same keys with `error` naming the line number and the
-  problem, and `em` 0.
+  JSON or nested too deeply, not an object, no id, an id outside the selected problems, no
+  code, a grading-machinery failure) gives an error line: the same keys with `error` naming
+  the line number and the problem, and `em` 0. A program whose grading failed twice (verdict
+  `infra`, see `lcb.grading.pool`) keeps its grade, with `error` saying what failed. Result
+  lines hold any string the input held
+  (`lcb.io.json_text`: a lone surrogate is written as its `\\uXXXX` escape).
 - The summary (`summarize_scores`) is the summary schema of `lcb.runs.records` (the keys and
   meanings of `lcb run`'s summary) over the valid lines: the lines of a selected problem, so a
   line without code or whose grading failed counts, with em 0 (`n_errors` counts them). The
@@ -24,13 +27,17 @@ Contract:
   line). The summary adds `n_lines`, `n_invalid`, `n_selected`, `n_missing`, `missing_ids` and
   `missing_as_fail`. `notes` says on the console which lines were not graded and why, and which
   selected problems have no prediction.
+- With `grader="both"` every program is graded by the default grader (the line's grade, as
+  above) and by the official one: the line adds `official` (its pass, total, em, tests_run,
+  verdicts, feedback), `agree` and `divergence` (`lcb.grading.agreement.compare`), and the
+  summary adds `agreement` (`summarize_agreement`) and `em_official` (pass@1 by the official
+  grades of the same lines).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,19 +46,22 @@ from typing import Any, TextIO
 
 from lcb.data.problems import Problem
 from lcb.grading import GradingError, GradingPool, check_sandbox
+from lcb.grading.agreement import compare, summarize_agreement
 from lcb.grading.official import require_official
 from lcb.grading.pool import GRADERS
 from lcb.grading.preflight import preflight
-from lcb.runs.records import summarize
+from lcb.io import BadJson, json_text, loads
+from lcb.runs.records import pass_at_1, summarize
 
 CODE_KEYS = ("code", "predicted_code")
+BOTH = "both"  # --grader both: the default and the official grader, and their agreement
 NAMED_LINES = 20  # error lines named one by one on the console; the rest are counted
 NAMED_MISSING = 5  # ids named of the selected problems without a prediction
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    """How to grade: grader (default|official), every test or fail-fast, parallel jobs, tier;
+    """How to grade: grader (default|official|both), every test or fail-fast, jobs, tier;
     `missing_as_fail` counts selected problems without a prediction as failures."""
 
     grader: str = "default"
@@ -68,10 +78,11 @@ def check_grading(*, grader: str, sandbox: str) -> None:
     when the chosen tier or grader is not installed here. (Whether the tier actually runs is
     `lcb.grading.preflight`'s question, asked once the pool exists.)
     """
-    if grader not in GRADERS:
-        raise ValueError(f"unknown grader {grader!r}: choose one of {', '.join(GRADERS)}")
+    if grader not in (*GRADERS, BOTH):
+        raise ValueError(f"unknown grader {grader!r}: choose one of "
+                         f"{', '.join((*GRADERS, BOTH))}")
     check_sandbox(sandbox)
-    if grader == "official":
+    if grader in ("official", BOTH):
         require_official()
 
 
@@ -92,23 +103,17 @@ def summary_path(out: Path) -> Path:
 
 
 def read_predictions(path: Path) -> list[Prediction]:
-    """Parse the predictions file; malformed lines (not UTF-8, not JSON, not a prediction)
-    become `Prediction`s with `invalid` set."""
+    """Parse the predictions file; malformed lines (not UTF-8, not JSON, nested too deeply,
+    not a prediction) become `Prediction`s with `invalid` set, naming the line."""
     with path.open("rb") as handle:  # bytes: one bad line must not stop the others
         return [parse_line(raw, number) for number, raw in enumerate(handle, 1) if raw.strip()]
 
 
 def parse_line(text: str | bytes, number: int) -> Prediction:
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return Prediction(number, {}, None, None, f"line {number}: not valid UTF-8 "
-                                                      f"({exc.reason} at byte {exc.start})")
     try:
-        value = json.loads(text)
-    except ValueError as exc:
-        return Prediction(number, {}, None, None, f"line {number}: not valid JSON ({exc})")
+        value = loads(text)
+    except BadJson as exc:  # not UTF-8, not JSON, or nested too deeply
+        return Prediction(number, {}, None, None, f"line {number}: {exc}")
     if not isinstance(value, dict):
         kind = type(value).__name__
         return Prediction(number, {}, None, None, f"line {number}: expected a JSON object, "
@@ -151,7 +156,7 @@ async def score_predictions(predictions: Sequence[Prediction], problems: Mapping
     `SandboxUnavailable` before any line is written."""
     async with GradingPool(config.jobs, sandbox=config.sandbox) as pool:
         await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(preflight, pool, grader=config.grader))
+            None, functools.partial(preflight, pool, grader=_preflight_grader(config.grader)))
         limit = asyncio.Semaphore(4 * max(config.jobs or 2, 1))
 
         async def one(prediction: Prediction) -> dict:
@@ -163,7 +168,7 @@ async def score_predictions(predictions: Sequence[Prediction], problems: Mapping
         try:
             for task in tasks:
                 line = await task
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                out.write(json_text(line) + "\n")
                 out.flush()
                 lines.append(line)
         finally:
@@ -183,12 +188,34 @@ async def _score_one(pool: GradingPool, prediction: Prediction,
     if not has_program(prediction):
         return error_line(prediction, f"line {prediction.line}: no program: 'code' must be "
                                       f"a non-empty string", problem)
+    grader = "default" if config.grader == BOTH else config.grader
     try:
         grade = await pool.grade(problem, prediction.code, all_tests=config.all_tests,
-                                 grader=config.grader)
+                                 grader=grader)
+        official = (await pool.grade(problem, prediction.code, all_tests=config.all_tests,
+                                     grader="official") if config.grader == BOTH else None)
     except GradingError as exc:  # the machinery failed on this line; record it, go on
         return error_line(prediction, f"line {prediction.line}: grading failed: {exc}", problem)
-    return graded_line(prediction, problem, grade.to_record())
+    line = graded_line(prediction, problem, grade.to_record())
+    if grade.infra:
+        line["error"] = (f"line {prediction.line}: grading failed (infra): "
+                         f"{grade.feedback.error if grade.feedback else 'no verdict'}")
+    if official is not None:
+        line.update(_both(prediction.code, problem, line, official.to_record()))
+    return line
+
+
+def _preflight_grader(grader: str) -> str:
+    return "official" if grader == BOTH else grader  # the official canary, and the default ones
+
+
+def _both(code: str, problem: Problem, line: Mapping[str, Any], official: dict) -> dict:
+    """The fields `--grader both` adds to a result line (module docstring)."""
+    compared = compare(code, mode=str(problem.mode), default=line, official=official,
+                       n_public=len(problem.public_tests))
+    kept = ("pass", "total", "em", "tests_run", "verdicts", "feedback")
+    return {"official": {key: official[key] for key in kept}, "agree": compared.agree,
+            "divergence": compared.divergence}
 
 
 def summarize_scores(lines: Iterable[Mapping[str, Any]], *,
@@ -210,12 +237,18 @@ def summarize_scores(lines: Iterable[Mapping[str, Any]], *,
     samples = min(counts.values(), default=1)
     failed = [_missing_row(selected[pid], sample) for pid in missing
               for sample in range(samples)] if missing_as_fail else []
-    return {
+    summary = {
         **summarize(valid + failed, unique=False),
         "n_lines": len(rows), "n_invalid": len(rows) - len(valid),
         "n_selected": len(selected) if selected is not None else len(predicted),
         "n_missing": len(missing), "missing_ids": missing, "missing_as_fail": missing_as_fail,
     }
+    agreement = summarize_agreement(valid)
+    if agreement is not None:  # graded by both graders
+        graded = [r for r in valid if isinstance(r.get("official"), dict)]
+        summary["em_official"] = pass_at_1((r["id"], int(r["official"]["em"])) for r in graded)
+        summary["agreement"] = agreement
+    return summary
 
 
 def _missing_row(problem: Problem, sample: int = 0) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 `summary_table` renders the summary schema (`lcb.runs.records`): per set (all programs, those
 with extracted code, each difficulty, each platform) the programs, solved, pass@1 and the share
 of truncated answers next to it, plus a problems column when there are several samples per
-problem. `estimate_line` says pass@k, the bootstrap interval and the truncation rate in words;
-`totals_line` the errors, tokens, calls and wall time. `print_summary` prints all three.
+problem. When grading failed on some programs (`n_infra`, verdict `infra`), a row "graded
+(infra left out)" gives pass@1 over the others (`em_graded`) below "all", which counts them as
+failures as LiveCodeBench would. `estimate_line` says pass@k, the bootstrap interval, the
+truncation rate and the infra count in words; `totals_line` the errors, tokens, calls and wall
+time. `print_summary` prints all three.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ def summary_table(summary: Mapping[str, Any], *, title: str = "pass@1") -> Table
                       f"{group['em']:.3f}", truncated)
 
     row("all", summary)
+    infra = summary.get("n_infra", 0)
+    if infra:
+        row("graded (infra left out)", {"n": summary["n"] - infra, "solved": summary["solved"],
+                                        "em": summary["em_graded"]})
     row("with extracted code", {"n": summary["n_extracted"], "solved": summary["extracted_solved"],
                                 "em": summary["extracted_em"]})
     for key, prefix in (("by_difficulty", "difficulty"), ("by_platform", "platform")):
@@ -53,6 +60,9 @@ def estimate_line(summary: Mapping[str, Any]) -> str:
     words.append(f"samples per problem {summary['samples_per_problem']}")
     words.append(f"truncated {_share(summary['n_truncated'], summary['n'])} "
                  f"({summary['n_truncated']} of {summary['n']})")
+    if "n_infra" in summary:
+        words.append(f"infra {summary['n_infra']} (grading failed: pass@1 over the rest "
+                     f"{summary['em_graded']:.3f})")
     return "  ".join(words)
 
 

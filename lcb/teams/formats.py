@@ -127,7 +127,7 @@ def _json_complies(text: str) -> bool:
     fenced = _JSON_FENCE.match(body)
     try:
         report = json.loads(fenced["inner"] if fenced else body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a reply nested too deeply
         return False
     return (isinstance(report, dict) and all(key in report for key in REPORT_KEYS)
             and isinstance(report.get("payload"), dict))

@@ -1,48 +1,18 @@
-"""Probe programs: what each grader must say about them.
-
-A `Probe` names its problem, its program, and the expected outcome under the default grader as
-`fail_at` (None = every test passes, else the index of the first failing test in
-`public + private` order). `official` is None when the official grader must agree; a
-`Divergence` otherwise, naming the documented class (see docs/grading.md) and the official
-outcome. `slow` probes hit the 6 s time limit; at most two run unless LCB_SLOW_PROBES=1.
+"""Probe programs on which both graders agree (`tests.probes.divergent` has those on which they
+differ by a documented class); `ALL_PROBES` is every probe. See `tests.probes.probe`.
 """
 
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
 
+from tests.probes.divergent import DIVERGENT, DIVERGENT_ISOLATION, EXIT_OUTPUT
+from tests.probes.probe import PASS, READ_SUM, Probe
+from tests.probes.probe import diverges as _div
+from tests.probes.probe import probe as _p
 from tests.probes.problems import AVERAGE, COUNT, MEAN, MINMAX, PAIRS, SUM
 
-PASS = None
-
-
-@dataclass(frozen=True)
-class Divergence:
-    kind: str
-    official_fail_at: int | None
-
-
-@dataclass(frozen=True)
-class Probe:
-    name: str
-    problem_id: str
-    code: str
-    fail_at: int | None
-    official: Divergence | None = None
-    slow: bool = False
-    tags: tuple[str, ...] = field(default=())
-
-
-def _p(name: str, problem, fail_at: int | None, code: str, **kw) -> Probe:
-    return Probe(name, problem.id, textwrap.dedent(code).strip("\n") + "\n", fail_at, **kw)
-
-
-def _div(kind: str, official_fail_at: int | None) -> Divergence:
-    return Divergence(kind, official_fail_at)
-
-
-READ_SUM = "n = int(input())\nnums = list(map(int, input().split()))\n"
+__all__ = ["ALL_PROBES", "Probe"]
 
 STDIN_CORRECT = [
     _p("input_twice", SUM, PASS, READ_SUM + "print(sum(nums))"),
@@ -237,72 +207,6 @@ TIME_LIMITS = [
         while True:
             sys.stdin.read()
     """, slow=True),
-]
-
-# Stdin programs where a real process and LiveCodeBench's in-process wrapper disagree.
-DIVERGENT = [
-    _p("stdin_buffer", SUM, PASS, """
-        import sys
-        data = sys.stdin.buffer.read().split()
-        print(sum(map(int, data[1:])))
-    """, official=_div("stdin_buffer", 0)),
-    _p("global_statement", SUM, PASS, """
-        total = 0
-        def add(value):
-            global total
-            total += value
-        input()
-        for v in map(int, input().split()):
-            add(v)
-        print(total)
-    """, official=_div("top_level_global", 0)),
-    _p("from_sys_import_stdout", SUM, PASS, """
-        from sys import stdout
-        input()
-        stdout.write(str(sum(map(int, input().split()))) + "\\n")
-    """, official=_div("imported_stdout", 0)),
-    _p("main_guard_not_last", SUM, PASS, """
-        def solve():
-            input()
-            print(sum(map(int, input().split())))
-
-        if __name__ == "__main__":
-            solve()
-
-        def unused():
-            pass
-    """, official=_div("main_guard", 0)),
-    _p("main_guard_reversed", SUM, PASS, """
-        def solve():
-            input()
-            print(sum(map(int, input().split())))
-
-        if "__main__" == __name__:
-            solve()
-    """, official=_div("main_guard", 0)),
-    _p("exit_one_after_output", SUM, 0, "import sys\n" + READ_SUM + "print(sum(nums))\nsys.exit(1)",
-       official=_div("exit_code", PASS)),
-    _p("raise_systemexit_message", SUM, 0, READ_SUM + 'print(sum(nums))\nraise SystemExit("done")',
-       official=_div("exit_code", PASS)),
-    _p("os_exit_after_flush", SUM, PASS, "import os\n" + READ_SUM
-       + "print(sum(nums), flush=True)\nos._exit(0)", official=_div("hard_exit", 0)),
-    _p("open_zero", SUM, PASS, "print(sum(map(int, open(0).read().split()[1:])))",
-       official=_div("open_zero", 0)),
-    _p("uses_getcwd", SUM, PASS, "import os\nhere = os.getcwd()\n" + READ_SUM + "print(sum(nums))",
-       official=_div("reliability_guard", 0)),
-    _p("quit_after_output", SUM, PASS, READ_SUM + "print(sum(nums))\nquit()",
-       official=_div("reliability_guard", 0)),
-    _p("imports_resource", SUM, PASS, "import resource\n" + READ_SUM + "print(sum(nums))",
-       official=_div("reliability_guard", 0)),
-    _p("deletes_files_in_cwd", SUM, PASS, 'import os\nopen("scratch.txt", "w").close()\n'
-       'os.remove("scratch.txt")\n' + READ_SUM + "print(sum(nums))",
-       official=_div("reliability_guard", 0)),
-    _p("os_system", SUM, PASS, 'import os\nos.system("true")\n' + READ_SUM + "print(sum(nums))",
-       official=_div("reliability_guard", 0)),
-    _p("stdout_closed_after_answer", SUM, PASS, "import sys\n" + READ_SUM
-       + "print(sum(nums))\nsys.stdout.close()", official=_div("closed_stdout", 0)),
-    _p("fd1_closed_after_flush", SUM, PASS, "import os, sys\n" + READ_SUM
-       + "print(sum(nums))\nsys.stdout.flush()\nos.close(1)", official=_div("closed_stdout", 1)),
 ]
 
 SOLUTION_MINMAX = """
@@ -506,20 +410,5 @@ FIDELITY = [
     """, official=_div("non_data_return", 1)),
 ]
 
-# Values and processes the judge treats as a real run does, where LiveCodeBench does not.
-DIVERGENT_ISOLATION = [
-    _p("always_equal_value", MINMAX, 0, """
-        class Anything:
-            def __eq__(self, other):
-                return True
-        class Solution:
-            def minMax(self, nums):
-                return Anything()
-    """, official=_div("non_data_return", PASS)),
-    _p("thread_still_running", SUM, 0, "import threading, time\n" + READ_SUM
-       + "print(sum(nums), flush=True)\nthreading.Thread(target=time.sleep, args=(60,)).start()",
-       official=_div("lingering_thread", PASS), slow=True),
-]
-
-ALL_PROBES = (STDIN_CORRECT + STDIN_WRONG + STDIN_ERRORS + TIME_LIMITS + DIVERGENT + FUNCTIONAL
-              + FIDELITY + DIVERGENT_ISOLATION)
+ALL_PROBES = (STDIN_CORRECT + STDIN_WRONG + STDIN_ERRORS + TIME_LIMITS + DIVERGENT + EXIT_OUTPUT
+              + FUNCTIONAL + FIDELITY + DIVERGENT_ISOLATION)

@@ -85,6 +85,8 @@ def parse_variants(reply: str) -> list[str]:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise VariantsRejected(f"not one JSON object ({err.msg} at char {err.pos})") from None
+    except (ValueError, RecursionError):  # an integer too long to convert; nested too deeply
+        raise VariantsRejected("not one usable JSON object (too deep or too long)") from None
     if not isinstance(data, dict) or set(data) != {"variants"}:
         raise VariantsRejected('expected an object with the one key "variants"')
     items = data["variants"]

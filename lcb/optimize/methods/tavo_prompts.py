@@ -220,7 +220,7 @@ def json_object(reply: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(reply[start:end + 1])
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply
         return None
     return value if isinstance(value, dict) else None
 
