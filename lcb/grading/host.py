@@ -93,7 +93,7 @@ class Host(NamedTuple):
     identity: Identity
     script: Callable[[], NoReturn] | None
     oom_seen: list[int]         # [oom kills counted so far, the counter's fd] (or empty)
-    scope: int | None = None    # landlock.scope_only(): each program process enters it
+    scope: Callable[[], int] | None = None  # landlock.scope_only(): each program process's
 
 
 def serve(ctl_fd: int, identity: Identity) -> NoReturn:

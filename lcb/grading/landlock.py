@@ -27,7 +27,7 @@ import ctypes
 import functools
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from lcb.grading.privilege import no_new_privs
 
@@ -129,15 +129,20 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
         os.close(target)
 
 
-def scope_only() -> int | None:
-    """A ruleset that handles no access right but scopes signals and abstract unix sockets
-    (ABI >= 6), or None below that. A program process enters it right after its fork: its
-    domain is then nested in its host's, so it cannot signal or stop the host (or reach its
-    abstract sockets), while the host still signals it."""
+def scope_only() -> Callable[[], int] | None:
+    """How a program process enters a domain of its own right after its fork (None below ABI
+    6): a call, prepared here once, that restricts the caller to a ruleset handling no access
+    right but scoping signals and abstract unix sockets, and returns the system call's result
+    (negative on failure). The process's domain is then nested in its host's, so it cannot
+    signal or stop the host (or reach its abstract sockets), while the host still signals it.
+    The caller must already have no_new_privs (a confined host has), and the ruleset's
+    descriptor stays open in the caller for its children to use."""
     if abi() < 6:
         return None
     attr = _RulesetAttr(0, 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
-    return _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(24), 0)
+    fd = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(24), 0)
+    # Bound here: in the forked process each lookup and conversion is a copy-on-write fault.
+    return functools.partial(_libc().syscall, _RESTRICT_SELF, fd, 0)
 
 
 def restrict(ruleset: int) -> None:

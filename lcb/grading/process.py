@@ -26,7 +26,6 @@ from collections.abc import Callable
 from resource import setrlimit
 from typing import NamedTuple, NoReturn
 
-from lcb.grading import landlock
 from lcb.grading.contain import Limits, enter_child, kill_descendants
 from lcb.grading.privilege import set_dumpable
 from lcb.grading.verdicts import Verdict
@@ -107,7 +106,7 @@ class StderrTail:
 
 def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
           rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = (),
-          scope: int | None = None) -> int:
+          scope: Callable[[], int] | None = None) -> int:
     """Fork a program process running `body` under `rlimits` (from `contain.own_rlimits`,
     computed once by the caller).
 
@@ -120,8 +119,10 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
     pid = os.fork()
     if pid == 0:
         try:
-            if scope is not None:  # a nested Landlock domain: no signal to its host
-                landlock.restrict(scope)
+            # A Landlock domain nested in the host's: no signal to it (see landlock.scope_only).
+            if scope is not None and scope() < 0:
+                os.write(fds[2], b"lcb: the program's process could not enter its domain\n")
+                os._exit(71)
             enter_child(fds=fds, keep=keep)
             for which, pair in rlimits:
                 setrlimit(which, pair)
