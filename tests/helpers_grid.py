@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from lcb.grid.plan import Job, plan
+from lcb.grid.plan import GridJob, plan
 from lcb.grid.spec import GridSpec, load_spec
 from lcb.optimize.aggregate import aggregate
 from tests.helpers_agents import MODEL
@@ -86,11 +86,12 @@ def aggregate_view(spec_path: Path) -> dict[str, Any]:
     return _strip(aggregate(spec.root), str(spec.root))
 
 
-def sleeper_job(root: Path, base_url: str, seconds: float = 60.0) -> Job:
+def sleeper_job(root: Path, base_url: str, seconds: float = 60.0) -> GridJob:
     """A job whose command sleeps (and then writes its done file): to stop it mid-way."""
     out = root / "sleeper"
     code = (f"import time, pathlib; time.sleep({seconds}); "
             f"pathlib.Path({str(out / 'result.json')!r}).write_text('{{}}')")
-    return Job(key="sleeper/lcb/single/m/0", axes={"model": "m"}, argv=(sys.executable, "-c", code),
-               cwd=root, out=out, done_file="result.json", root=root,
-               env={"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL})
+    return GridJob(key="sleeper/lcb/single/m/0", axes={"model": "m"},
+                   argv=(sys.executable, "-c", code), cwd=root, out=out,
+                   done_file="result.json", root=root,
+                   env={"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL})

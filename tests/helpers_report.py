@@ -299,7 +299,7 @@ def write_results(results: Path, ems: dict[str, int], **summary: Any) -> Path:
 
 
 def bootstrap_interval(rates: list[float], resamples: int = 1000) -> tuple[float, float]:
-    """The percentile bootstrap of `lcb.runs.passk`'s contract, written out: `resamples` means
+    """The percentile bootstrap of `lcb.stats`'s contract, written out: `resamples` means
     of len(rates) draws (index int(random() * m) of Random(0)), sorted, the ends at index
     round(2.5 % of resamples) from either side."""
     rng, m = random.Random(0), len(rates)

@@ -69,8 +69,13 @@ CASES = [
      failed("wrong_answer", WA_EMPTY)),
     ("open_fd1_never_flushed", "open_stdout", "stdin", passed(),
      failed("wrong_answer", WA_EMPTY)),
+    ("del_in_a_cycle_prints_answer", "teardown_output", "stdin", passed(),
+     failed("wrong_answer", WA_EMPTY)),
     ("thread_still_running", "lingering_thread", "stdin",
      failed("time_limit", "the test ran past its time limit"), passed()),
+    ("converts_a_long_integer", "int_digits", "stdin", failed(
+        "runtime_error", "ValueError: Exceeds the limit (4300 digits) for integer string "
+                         "conversion: value has 4401 digits"), passed()),
     ("always_equal_value", "non_data_return", "functional",
      failed("wrong_answer", "the function returned a tmp_sol.Anything, which is not plain data"),
      passed(4)),
@@ -91,8 +96,9 @@ def test_every_class_has_a_case_here_or_is_a_fallback():
     assert set(CLASSES) - covered == {PUBLIC_TESTS, UNEXPLAINED}
 
 
-# non_data_return's evidence is the default grader's own words about the returned value.
-BY_PROGRAM = [case for case in CASES if case[1] != "non_data_return"]
+# non_data_return's and int_digits' evidence is the default grader's own words (about the
+# returned value; Python's refusal to convert a long integer).
+BY_PROGRAM = [case for case in CASES if case[1] not in ("non_data_return", "int_digits")]
 
 
 @pytest.mark.parametrize(("probe", "kind", "mode", "default", "official"), BY_PROGRAM,
@@ -133,6 +139,43 @@ def test_official_indices_are_shifted_by_the_public_tests():
     public = compare(PLAIN, mode="stdin", default=passed(), official=failed("wrong_answer"),
                      n_public=2)
     assert (public.agree, public.divergence) == (False, PUBLIC_TESTS)
+
+
+# The classes in which the official grader fails a test the default grader passed.
+OFFICIAL_FAILS = [case for case in CASES if case[3]["em"] == 1 and case[4]["em"] == 0]
+# A public test's failure is explained by the official grader's words, or by no output at all
+# where the class loses the output: a plain verdict there is evidence of nothing.
+ON_ITS_WORDS = {"stdin_buffer", "top_level_global", "hard_exit", "reliability_guard",
+                "imported_stdout", "main_guard", "atexit_output", "open_stdout",
+                "teardown_output"}
+
+
+def _on_public_test(official: dict, **changed: str) -> dict:
+    feedback = {**official["feedback"], **changed}
+    return {**failed(feedback["verdict"], feedback["error"], at=0),
+            "feedback": {**feedback, "test_index": 0}}
+
+
+@pytest.mark.parametrize(("probe", "kind", "mode", "default", "official"), OFFICIAL_FAILS,
+                         ids=[f"{c[1]}-{c[0]}" for c in OFFICIAL_FAILS])
+def test_a_public_test_failure_keeps_its_class_only_on_its_own_evidence(
+        probe, kind, mode, default, official):
+    # The same official failure on the one public test, which the default grader never runs.
+    got = compare(CODE[probe], mode=mode, default=default, official=_on_public_test(official),
+                  n_public=1)
+    assert (got.agree, got.divergence) == (False, kind if kind in ON_ITS_WORDS else PUBLIC_TESTS)
+
+
+@pytest.mark.parametrize(("probe", "kind", "mode", "default", "official"), OFFICIAL_FAILS,
+                         ids=[f"{c[1]}-{c[0]}" for c in OFFICIAL_FAILS])
+def test_a_wrong_answer_on_a_public_test_is_public_tests_whatever_the_program_does(
+        probe, kind, mode, default, official):
+    # The red team's case: a program wrong on the public test only (it printed 0), which
+    # merely imports atexit, names sys.stdout or os.getcwd, ...
+    wrong = _on_public_test(official, verdict="wrong_answer", actual="0\n",
+                            error="Wrong answer at output_line_idx=0: 0 != 15")
+    got = compare(CODE[probe], mode=mode, default=default, official=wrong, n_public=1)
+    assert (got.agree, got.divergence) == (False, PUBLIC_TESTS)
 
 
 def test_first_failure_reads_feedback_or_verdicts():

@@ -79,11 +79,29 @@ def test_filters_and_only_order_reach_the_loader(jsonl):
 
 
 def test_table_shows_the_selected_problems(jsonl):
-    result = lcb("problems", "--data", str(jsonl), "--platform", "leetcode")
+    result = lcb("problems", "--data", str(jsonl), "--platform", "leetcode",
+                 TTY_COMPATIBLE="1", NO_COLOR="1")  # the terminal view
     assert result.exit_code == 0, result.output
     assert "2 problem(s)" in result.stdout
     assert "p2" in result.stdout and "p5" in result.stdout and "p1" not in result.stdout
     assert "addTwo" in result.stdout and "functional" in result.stdout
+
+
+def test_piped_listing_is_tab_separated_with_every_column_whole(tmp_path):
+    long_title = "A title far longer than any terminal column: " + "word " * 30
+    row = stdin_row("p_with_a_rather_long_identifier_that_a_table_would_fold")
+    row["question_title"] = long_title + "\twith a tab\nand a line break"
+    path = write_jsonl(tmp_path / "rows.jsonl", [row, functional_row("p2")])
+    result = lcb("problems", "--data", str(path), COLUMNS="80")  # CliRunner: not a terminal
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split("\t") == ["id", "title", "mode", "difficulty", "platform", "date",
+                                    "public", "private", "fn_name"]
+    first, second = (line.split("\t") for line in lines[1:])
+    assert first[0] == "p_with_a_rather_long_identifier_that_a_table_would_fold"
+    assert first[1] == long_title + " with a tab and a line break"
+    assert second[0] == "p2" and second[-1] == "addTwo" and len(lines) == 3
+    assert "2 problem(s)" in result.stderr and "━" not in result.stdout
 
 
 def test_skipped_rows_are_reported_on_stderr(tmp_path):
@@ -182,3 +200,12 @@ def test_lcb_score_does_not_import_langchain_or_the_optimizers():
                           timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
+
+
+def test_hub_errors_point_to_the_sample_set(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    _one_line_error(lcb("problems", "--release", "release_v9"), "--data sample")
+    _one_line_error(lcb("problems"), "--data sample")

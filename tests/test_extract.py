@@ -1,10 +1,10 @@
-"""The extraction rule on tricky completions (lcb.runs.extract)."""
+"""The extraction rule on tricky completions (lcb.extract)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lcb.runs.extract import BlockKind, extract_code, fenced_blocks, is_program, strip_think
+from lcb.extract import BlockKind, extract_code, fenced_blocks, is_program, strip_think
 
 FENCE = "```"
 PROGRAM = "n = int(input())\nprint(n * 2)"

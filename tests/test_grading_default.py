@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -16,6 +17,7 @@ from helpers_grading import ADD_FUNCTIONAL, SUM_STDIN, functional_problem, stdin
 from lcb.grading import Grade, GradingPool, Verdict, grade
 from lcb.grading.compare import stdout_matches
 from lcb.grading.host import compile_program
+from lcb.grading.prelude import PRELUDE
 
 SUM_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_OK = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n"
@@ -350,6 +352,43 @@ def test_a_file_on_fd_1_never_flushed_is_flushed_after_stdout_as_under_python(po
     program = (f"import io, os\na, b = map(int, input().split())\nout = {opened}\n"
                "out.write(f'{b}\\n')\nprint(a)\n")
     assert verdicts(pool.grade_sync(problem, program)) == ["passed"]
+
+
+# Output printed by finalizers as the interpreter tears down `__main__` at exit.
+TEARDOWN = {
+    "del_at_exit": ("class A:\n    def __del__(self):\n        print(n)\n"
+                    "n = int(input())\na = A()\n"),
+    "del_sees_its_globals": ("n = int(input())\nclass A:\n    def __del__(self):\n"
+                             "        print(n * 2)\na = A()\n"),
+    "del_in_a_cycle": ("class A:\n    def __del__(self):\n        print(self.n)\n"
+                       "a = A()\na.n = int(input())\na.me = a\n"),
+    "generator_finally": ("def g():\n    try:\n        yield\n    finally:\n        print(n)\n"
+                          "n = int(input())\nit = g()\nnext(it)\n"),
+    "definition_order": ("class A:\n    def __init__(self, v):\n        self.v = v\n"
+                         "    def __del__(self):\n        print(self.v)\n"
+                         "n = int(input())\nb = A(n)\n_c = A(n + 1)\na = A(n + 2)\n"),
+    "module_kept_alive": ("import sys\nclass A:\n    def __del__(self):\n        print(7)\n"
+                          "a = A()\n_b = A()\nsys.keep = sys.modules[__name__]\n"),
+    "after_sys_exit": ("import sys\nclass A:\n    def __del__(self):\n        print(n)\n"
+                       "n = int(input())\na = A()\nsys.exit(3)\n"),
+    "del_raises": ("class A:\n    def __del__(self):\n        print(n)\n        raise ValueError\n"
+                   "n = int(input())\na = A()\n"),
+    "file_on_fd1_and_del": ("class A:\n    def __del__(self):\n        print(1)\na = A()\n"
+                            "f = open(1, 'w')\nf.write(input() + '\\n')\nprint(2)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEARDOWN))
+def test_output_of_finalizers_at_exit_is_as_under_python(pool, tmp_path, name):
+    # The real thing: `python -I prog.py` (the prelude, then the program; -I: no
+    # PYTHONUNBUFFERED from the environment), stdout to a pipe, as the grader's is.
+    script = tmp_path / "prog.py"
+    script.write_text(PRELUDE + TEARDOWN[name])
+    real = subprocess.run([sys.executable, "-I", str(script)], input="5\n", text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert real.stdout.strip(), real.stderr  # each one prints something at exit
+    graded = pool.grade_sync(stdin_problem(("5\n", real.stdout)), TEARDOWN[name])
+    assert verdicts(graded) == ["passed" if real.returncode == 0 else "runtime_error"]
 
 
 def test_a_thread_still_running_is_a_time_limit_as_for_a_real_process(pool):

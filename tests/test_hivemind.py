@@ -21,7 +21,8 @@ from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.graph import TeamGraph
 from lcb.optimize.method import ReflectionError
 from lcb.optimize.methods import get_optimizer, resolve_settings
-from lcb.optimize.methods.hivemind import HivemindSettings, _Job, choose_target, make
+from lcb.optimize.methods.hivemind import HivemindSettings, make
+from lcb.optimize.methods.hivemind_game import Game, choose_target
 from lcb.optimize.methods.hivemind_lessons import (
     LESSONS_BEGIN,
     LESSONS_END,
@@ -118,7 +119,7 @@ def test_monte_carlo_in_the_methods_own_regime() -> None:
     names = [f"s{i}" for i in range(8)]
     chain = TeamGraph("sequential", tuple(names), {n: n for n in names},
                       tuple(zip(names[:-1], names[1:], strict=True)), "chain")
-    job = _Job(team_fake(budget=1, graph=chain, seed_bundle=dict.fromkeys(names, "Solve.")),
+    job = Game(team_fake(budget=1, graph=chain, seed_bundle=dict.fromkeys(names, "Solve.")),
                HivemindSettings())
     weights = dict(zip(names, [4, 3, 2, 2, 1, 1, 1, 0], strict=True))
     v = table(names, lambda c: float(sum(weights[p] for p in c) >= 8))
@@ -392,7 +393,7 @@ def test_the_gate_compares_the_rows_both_bundles_have() -> None:
 
 @pytest.mark.parametrize("kept", [1, 0])
 def test_coalition_values_use_the_rows_every_coalition_has(kept) -> None:
-    first = _Job(team_fake(budget=1), HivemindSettings()).batch(1)[0].id
+    first = Game(team_fake(budget=1), HivemindSettings()).batch(1)[0].id
 
     def coder_alone_lost(active, bundle, problem) -> bool:
         if active == frozenset({"coder"}) and (problem.id != first or not kept):
@@ -466,7 +467,7 @@ def test_standard_sizes_need_the_reference_minimum(topology, size, budget) -> No
     graph = team_graph(TeamCell(topology, size))
     ctx = team_fake(budget=600, graph=graph, n_train=150, n_val=50,
                     seed_bundle=dict.fromkeys(graph.roles, "Solve."))
-    job = _Job(ctx, HivemindSettings())
+    job = Game(ctx, HivemindSettings())
     assert job.cost(job.plan(1), job.batch(1), job.bundle(job.state.lessons)) == budget
 
 

@@ -17,7 +17,7 @@ from helpers_data import FAKE_SHA, make_hub_cache, stdin_row
 
 from lcb.data import manifest
 from lcb.data.datasets import DataError, Selection, load_problems
-from lcb.data.hub import REVISION_ENV, connect_problem, release_files
+from lcb.data.hub import OFFLINE_HINT, REVISION_ENV, connect_problem, release_files
 from lcb.data.manifest import EvalIdMismatch, ManifestError, check_eval_order, eval_ids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -221,3 +221,36 @@ def test_the_cli_fails_fast_when_hf_endpoint_is_a_closed_port(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "the hub is unreachable (cannot connect to 127.0.0.1:" in done.stderr
     assert "Traceback" not in done.stderr and "Retrying" not in done.stderr
+
+
+# --- every hub error names the offline way in -------------------------------------------------
+HUB_ERRORS = ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError",
+              "HfHubHTTPError", "LocalEntryNotFoundError")
+
+
+def _raising(name: str):
+    """An hf_hub_download stand-in raising huggingface_hub's `name` (built without a response)."""
+    from huggingface_hub import errors
+
+    cls = getattr(errors, name)
+
+    def download(*args, **kwargs):
+        raise cls.__new__(cls, f"{name} from the stand-in")
+    return download
+
+
+@pytest.mark.parametrize("name", HUB_ERRORS)
+def test_every_download_error_names_the_sample_set(hub_cache, monkeypatch, name):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _raising(name))
+    with pytest.raises(DataError) as info:
+        load_problems(release="release_v1")
+    assert str(info.value).endswith(OFFLINE_HINT) and "--data sample" in OFFLINE_HINT
+
+
+def test_bad_tags_and_an_empty_cache_name_the_sample_set(hub_cache):
+    for load in (lambda: release_files("release_v9"), lambda: release_files("v3_v1"),
+                 lambda: load_problems(release="release_v1")):
+        with pytest.raises(DataError, match="--data sample"):
+            load()

@@ -2,8 +2,10 @@
 
 A lost host, a dead judge or a slot that will not start is graded again once on a fresh slot;
 failing again, the program's grade has the verdict `infra` (never `time_limit`), and records,
-summaries and `--retry-errors` keep it apart from the model's failures. Tests that grade run
-inside a pids-cgroup guard and check that nothing of a graded program survives.
+summaries and `--retry-errors` keep it apart from the model's failures. A host lost at the same
+test on both tries is the program's doing (its host is its side; red-team findings F1-F3 were
+ways to do it): that test is its `runtime_error`. Tests that grade run inside a pids-cgroup
+guard and check that nothing of a graded program survives.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def _break(target: str, times: int = 1):
                 if pid is None:
                     return
                 seen.append(pid)
-                victim = _parent(pid) if target == "host" else judge
+                victim = _parent(pid) if target == "host" else max(pool.worker_pids())
                 os.kill(pid, signal.SIGSTOP)  # this try must not finish on its own
                 os.kill(victim, signal.SIGKILL)
                 killed.append(victim)
@@ -133,14 +135,63 @@ def test_a_judge_killed_mid_call_is_retried_and_the_program_gets_its_real_verdic
 
 
 @pytest.mark.slow
-def test_a_host_lost_twice_is_infra_never_a_time_limit():
-    # Both tries lose their host: grading never judged the program.
+def test_a_host_lost_at_the_same_test_on_two_slots_is_the_programs_runtime_error():
+    # Both tries lose their host at test 0, on two slots: lcb cannot tell who did it, and a
+    # program can (red-team F1-F3), so it is the program's failure, never a time limit.
     grade, killed, tries, _ = guarded(_break, "host", 2)
     assert len(killed) == 2, "the program's host was not found on both tries"
+    assert [o.verdict.value for o in grade.outcomes] == ["runtime_error"] and not grade.infra
+    assert tries == 2
+    assert (grade.em, grade.passed, grade.total) == (0, 0, 1)
+    assert grade.feedback.verdict is Verdict.RUNTIME_ERROR and grade.feedback.input == "1 2\n"
+    assert "lost at test 0 on two slots" in grade.feedback.error
+
+
+@pytest.mark.slow
+def test_a_judge_lost_twice_is_infra_never_a_time_limit():
+    # Both tries lose the slot's judge: grading never judged the program.
+    grade, killed, tries, _ = guarded(_break, "judge", 2)
+    assert len(killed) == 2 and killed[0] != killed[1], "the program never ran on both slots"
     assert [o.verdict.value for o in grade.outcomes] == ["infra"] and grade.infra
     assert tries == 2
     assert (grade.em, grade.passed, grade.total) == (0, 0, 1)
     assert grade.feedback.verdict is Verdict.INFRA and "failed twice" in grade.feedback.error
+
+
+def _lost_at(*indices: int | None):
+    """Grade on a pool whose tries are scripted: a host lost at each index (None: the judge
+    died); the pool's own decision is what is under test."""
+    from lcb.grading.grades import TestOutcome
+
+    script = list(indices)
+
+    def attempt(request, budget, finish):
+        index = script.pop(0)
+        if index is None:
+            return "the grading worker died or misbehaved: SlotGone: scripted"
+        outcomes = [TestOutcome(i, Verdict.PASSED, 0.1, 0.1) for i in range(index)]
+        outcomes.append(TestOutcome(index, Verdict.INFRA, 0.0, 0.0))
+        return Grade.from_outcomes(tuple(outcomes), total=3, feedback=None, grader="default",
+                                   wall_s=0.3)
+
+    with GradingPool(1) as pool:
+        pool._attempt = attempt
+        return pool.grade_sync(SUM_STDIN, SUM_OK)
+
+
+@pytest.mark.parametrize("indices", [(1, 2), (2, 1), (1, None), (None, 1), (None, None)])
+def test_a_host_lost_at_different_tests_or_once_stays_infra(indices):
+    grade = guarded(_lost_at, *indices)
+    assert [o.verdict.value for o in grade.outcomes] == ["infra"] and grade.infra
+    assert "failed twice" in grade.feedback.error
+
+
+def test_a_host_lost_at_the_same_test_keeps_the_tests_before_it():
+    grade = guarded(_lost_at, 2, 2)
+    assert [o.verdict.value for o in grade.outcomes] == ["passed", "passed", "runtime_error"]
+    assert (grade.passed, grade.em, grade.feedback.test_index) == (2, 0, 2)
+    assert grade.feedback.input == "-5 5\n" and "lost at test 2 on two slots" in (
+        grade.feedback.error)
 
 
 def _kills_its_host():

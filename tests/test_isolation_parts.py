@@ -378,6 +378,56 @@ def test_without_a_network_namespace_seccomp_refuses_every_socket():
     assert in_child(lambda: (seccomp.install(), socket.socket().close())[0]) == (0, "True")
 
 
+@ROOT_ONLY
+@pytest.mark.skipif(not seccomp.available(), reason="no seccomp filter for this machine")
+def test_seccomp_keeps_limits_and_scheduling_to_the_caller_itself():
+    # Red-team F1/F9: a process of the program's uid (its host) is out of reach: no new limit,
+    # priority, policy, I/O priority or CPU set for it, nor for "every process of my uid";
+    # the caller's own (pid 0) and reading another's limits still work. Run as a uid of its
+    # own, outside lcb's range, so that "every process of my uid" is this child alone.
+    import ctypes
+    import resource
+    import signal
+
+    def probe():
+        privilege.drop_to(2147399990)
+        other = os.fork()
+        if other == 0:  # the same uid, as a program's host is
+            signal.pause()
+            os._exit(0)
+        seccomp.install()
+        libc = ctypes.CDLL(None, use_errno=True)
+        ioprio_set = {"x86_64": 251, "aarch64": 30}[os.uname().machine]
+
+        def ioprio(which: int, who: int) -> None:
+            if libc.syscall(ioprio_set, which, who, 0) < 0:
+                raise OSError(ctypes.get_errno(), "ioprio_set")
+
+        calls = (lambda: resource.prlimit(other, resource.RLIMIT_CORE, (0, 0)),
+                 lambda: os.setpriority(os.PRIO_PROCESS, other, 0),
+                 lambda: os.setpriority(os.PRIO_USER, 0, 0),
+                 lambda: os.sched_setscheduler(other, os.SCHED_OTHER, os.sched_param(0)),
+                 lambda: os.sched_setparam(other, os.sched_param(0)),
+                 lambda: ioprio(1, other), lambda: ioprio(3, 0),
+                 lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)),
+                 lambda: resource.prlimit(other, resource.RLIMIT_CORE),
+                 lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+                 lambda: os.setpriority(os.PRIO_PROCESS, 0, 0), lambda: ioprio(1, 0),
+                 lambda: os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)))
+        outcomes = []
+        for call in calls:
+            try:
+                call()
+                outcomes.append("allowed")
+            except PermissionError:
+                outcomes.append("refused")
+        os.kill(other, signal.SIGKILL)
+        os.waitpid(other, 0)
+        return outcomes
+
+    assert in_child(probe) == (0, str(["refused"] * 8 + ["allowed"] * 5))
+
+
 def test_the_view_finds_the_topmost_directory_others_cannot_enter():
     import shutil
     import tempfile

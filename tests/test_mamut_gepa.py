@@ -24,7 +24,7 @@ from lcb.optimize.methods.mamut_gepa import (
     proposal_problem,
     team_proposal_prompt,
 )
-from lcb.optimize.methods.reflection import BEGIN_MARK, CLIP_NOTE, END_MARK, clip, parse_proposal
+from lcb.optimize.methods.reflection import BEGIN_MARK, END_MARK, parse_proposal
 from lcb.optimize.methods.team_transcript import (
     OWN_TAG,
     TASK_NOTE,
@@ -40,6 +40,7 @@ from lcb.optimize.methods.team_transcript import (
 from lcb.optimize.settings import SettingsError
 from lcb.teams import TeamResult
 from lcb.teams.centralized import TOOL
+from lcb.text import CLIP_NOTE, clip
 from tests.helpers_agents import make_problem
 from tests.helpers_methods import (
     FIX,

@@ -24,9 +24,10 @@ from lcb.optimize.methods import get_optimizer, resolve_settings
 from lcb.optimize.methods import mapro_prompts as P
 from lcb.optimize.methods.map import quantize, solve_map
 from lcb.optimize.methods.mapro import MaproSettings, _Run, make
-from lcb.optimize.methods.reflection import CLIP_NOTE
+from lcb.optimize.methods.mapro_potentials import Potentials
 from lcb.optimize.settings import SettingsError
 from lcb.teams import TeamResult
+from lcb.text import CLIP_NOTE
 from tests.helpers_methods import KEYWORD, FakeContext, FakeData, fake_context, make_problem
 
 pytestmark = pytest.mark.timeout(300)
@@ -270,7 +271,7 @@ def test_edge_potentials_put_each_parent_candidate_in_front_of_each_child(kind):
     seed = {parent: f"SEED-{parent}", child: f"SEED-{child}"}
     ctx = fake_context(budget=1, topology=topology, seed_bundle=seed,
                        script=potentials_script)
-    potentials = P.Potentials(ctx, MaproSettings(), seed, [seed_rollout(transcript)])
+    potentials = Potentials(ctx, MaproSettings(), seed, [seed_rollout(transcript)])
     assert potentials.edges == [(parent, child)]
     [context] = potentials.edge_contexts[(parent, child)]
     assert context.via == ("output" if kind == "chain" else "handoff")
@@ -469,7 +470,7 @@ def test_critiques_reaching_a_mutation_are_clipped_and_capped():
     settings = MaproSettings(**SMALL, clip_chars=300, max_critiques=2)
     mapro_run = _Run(ctx, settings)
     failures = [chain_failure(i) for i in range(5)]
-    mapro_run.potentials = P.Potentials(ctx, settings, SEED2, failures)
+    mapro_run.potentials = Potentials(ctx, settings, SEED2, failures)
     blame, critiques = asyncio.run(mapro_run._blame(failures))
     assert blame == {"coder": 0.8, "debugger": pytest.approx(0.2)}
     assert [c[:len("debugger: row 0")] for c in critiques["coder"]] == \

@@ -21,13 +21,13 @@ from lcb.optimize.methods.maspo import (
     Member,
     MisalignmentBuffer,
     inject,
-    lookahead_mode,
     make,
     refreshed,
     revisit_budget,
     schedule,
     select,
 )
+from lcb.optimize.methods.maspo_judge import lookahead_mode
 from lcb.optimize.settings import SettingsError
 from lcb.optimize.teamrun import TeamCell
 from tests import helpers_methods

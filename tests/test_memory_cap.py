@@ -1,10 +1,11 @@
 """The documented memory cap is the cap (issue #21, item 6).
 
 The address-space rlimit does not count memfd pages that are not mapped, nor tmpfs or shared
-memory. As root with a memory cgroup, each program's host sets the slot's limit to that
-program's own cap plus `MEMORY_HEADROOM` (the zygote's and host's pages), so whatever a program
-holds counts; without a memory cgroup, seccomp refuses memfd_create. Every test runs inside an
-outer pids-cgroup guard.
+memory. As root with a memory cgroup, the program's processes run in a memory group of their
+own, nested in the slot's, whose limit its host sets to that program's own cap, exactly, so
+whatever a program holds counts and the OOM killer chooses among the program's processes only
+(red-team F2: it chose the host before; F10: the cap had 96 MiB of headroom); without a memory
+cgroup, seccomp refuses memfd_create. Every test runs inside an outer pids-cgroup guard.
 """
 
 from __future__ import annotations
@@ -64,6 +65,29 @@ ORDINARY = """\
 hog = bytearray(200 << 20)
 hog[::4096] = b"x" * len(hog[::4096])
 print(len(hog) >> 20)
+"""
+# Red-team F2: 192 MiB of memfds kept across exec, then `head` fills files in its private /tmp,
+# 240 MB in all, beyond the cap and beyond the old cap plus headroom (the shell dies with the
+# first `head` that does). No process's RSS holds these pages, so among processes of equal OOM
+# score the host had the largest, and the OOM killer chose it: `infra` on both tries.
+HIDES_FROM_RSS = """\
+import os
+block = b"x" * (16 << 20)
+for i in range(12):
+    os.write(os.memfd_create(f"hoard{i}", 0), block)  # kept open across exec
+del block
+os.execv("/bin/sh", ["sh", "-c", "i=0; while [ $i -lt 15 ]; do i=$((i+1)); "
+                     "head -c 16000000 /dev/zero > f$i || kill -9 $$; done; echo 4"])
+"""
+# Red-team F10: how much a program holds before it is killed, reported as it goes.
+HOLDS_UNTIL_KILLED = """\
+import os, sys
+held = b"x" * (200 << 20)
+block, total = b"x" * (4 << 20), 200
+while True:
+    os.write(os.memfd_create("hoard"), block)
+    total += 4
+    print(total, file=sys.stderr, flush=True)
 """
 # A functional program under its own, larger cap holds 400 MiB of memfds: allowed there.
 FUNCTIONAL_MEMFDS = """\
@@ -148,3 +172,22 @@ def test_without_a_memory_cgroup_memfd_is_refused():
     assert memfds.em == 0 and "PermissionError" in memfds.feedback.error, memfds.feedback
     assert ordinary.em == 1, ordinary.feedback
     assert not isolation["memory_per_program"]
+
+
+@ROOT_ONLY
+def test_the_oom_killer_picks_the_programs_process_never_its_host():
+    needs_memory_cgroup()
+    (hidden, ordinary), isolation, used = guarded([
+        (stdin_problem(("", "4\n")), HIDES_FROM_RSS), (stdin_problem(("", "200\n")), ORDINARY)])
+    assert verdict(hidden) == "memory_limit", hidden.feedback
+    assert ordinary.em == 1, ordinary.feedback
+    assert isolation["memory_per_program"] and used < 200 * MIB
+
+
+@ROOT_ONLY
+def test_the_cap_is_the_cap_not_the_cap_plus_headroom():
+    needs_memory_cgroup()
+    [grade], _, _ = guarded([(stdin_problem(("", "never\n")), HOLDS_UNTIL_KILLED)])
+    assert verdict(grade) == "memory_limit", grade.feedback
+    held = [int(line) for line in grade.feedback.error.split() if line.isdigit()]
+    assert held and 200 < max(held) < 256, held  # MiB, under LCB_SANDBOX_MEMORY_BYTES

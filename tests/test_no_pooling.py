@@ -253,3 +253,46 @@ def test_explorers_cannot_tell_a_listener_the_answers():
         f"the listener was told the answers: {listener.feedback}")
     assert explorer_f.em == 0
     assert isolation["netns"] or isolation["seccomp"]
+
+
+# --- no socket at all: the page cache (red-team F4) --------------------------------------------
+
+# Samples graded one after another, or side by side, shared what they learned through the page
+# cache of a system file: evict its pages (posix_fadvise DONTNEED), cache some (one byte read
+# each), and read the pattern back without caching anything (preadv RWF_NOWAIT, mincore,
+# cachestat). Each probe here says whether it was refused.
+PAGE_CACHE_PROBES = """\
+import ctypes, errno, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+CACHESTAT, MINCORE = 451, {"x86_64": 27, "aarch64": 232}[os.uname().machine]
+fd = os.open(os.__file__, os.O_RDONLY)  # a file every program reads
+view = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+page = mmap.mmap(-1, 4096)
+def raw(number, *args):
+    if libc.syscall(number, *args) < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+def outcome(call):
+    try:
+        call()
+        return "allowed"
+    except OSError as exc:
+        return "refused" if exc.errno in (errno.EPERM, errno.EOPNOTSUPP) else "allowed"
+probes = (
+    lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED),
+    lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT),
+    lambda: raw(MINCORE, ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(page))),
+                ctypes.c_size_t(4096), ctypes.create_string_buffer(1)),
+    lambda: raw(CACHESTAT, fd, ctypes.create_string_buffer(16), ctypes.create_string_buffer(40),
+                0),
+    lambda: view.madvise(21),  # MADV_PAGEOUT
+)
+print(*[outcome(probe) for probe in probes])
+"""
+
+
+def test_a_program_can_neither_evict_nor_probe_the_page_cache():
+    grade, isolation = guarded(_grade_one, stdin_problem(("", "refused " * 4 + "refused\n")),
+                               PAGE_CACHE_PROBES)
+    if not isolation["seccomp"]:
+        pytest.skip("no seccomp filter here")
+    assert grade.em == 1, grade.feedback

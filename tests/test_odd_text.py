@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -76,13 +75,8 @@ def test_write_text_escapes_what_utf8_cannot_hold(tmp_path):
     ("1" * 5000, "not valid JSON"),  # longer than int() converts (at the default limit)
 ])
 def test_loads_names_every_kind_of_bad_line(data, reason):
-    limit = sys.get_int_max_str_digits()
-    sys.set_int_max_str_digits(4300)  # the default: LiveCodeBench's module raises it on import
-    try:
-        with pytest.raises(BadJson, match=reason):
-            loads(data)
-    finally:
-        sys.set_int_max_str_digits(limit)
+    with pytest.raises(BadJson, match=reason):
+        loads(data)
 
 
 def test_the_record_log_writes_a_lone_surrogate_and_reads_it_back(tmp_path):
@@ -156,7 +150,7 @@ def test_lcb_run_records_a_reply_with_a_lone_surrogate_and_goes_on(scripted, tmp
     records = {r["id"]: r for r in read_records(out / "predictions.jsonl")}
     assert sorted(records) == ids and all(r["error"] is None for r in records.values())
     assert records[ids[0]]["em"] == 1 and records[ids[2]]["em"] == 1
-    # A block that does not parse as Python is no program (lcb.runs.extract), and none does
+    # A block that does not parse as Python is no program (lcb.extract), and none does
     # with a lone surrogate in it: recorded as a failure, like a reply without code.
     assert records[ids[1]]["predicted_code"] is None and records[ids[1]]["em"] == 0
     for qid, odd in ((ids[0], "\ud800"), (ids[1], "\udfff")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 
@@ -11,6 +12,7 @@ from helpers_grading import make_problem
 
 from lcb.data.problems import Mode
 from lcb.data.problems import Test as Case
+from lcb.grading import GradingPool
 from lcb.grading.official import (
     ChildRun,
     OfficialGraderMissing,
@@ -122,6 +124,32 @@ def test_official_grader_runs_under_bwrap_too():
     late = "n = int(input())\nprint(sum(map(int, input().split())) + (n == 5))"
     assert _verdicts(grade_official(SUM, late, sandbox="bwrap")) == ["passed"] * 3 + [
         "wrong_answer"]
+
+
+def test_importing_livecodebench_leaves_the_process_int_limit_as_it_was():
+    # Its metrics module raises the int-to-str digit limit to 50000 at import; lcb's process
+    # keeps its own, so a predictions line with a 5000-digit int is refused, not written back.
+    code = ("import sys\nsys.set_int_max_str_digits(4321)\n"
+            "from lcb.grading.official import require_official\nrequire_official()\n"
+            "import livecodebench.evaluation.compute_code_generation_metrics\n"
+            "print(sys.get_int_max_str_digits())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "4321\n"), done.stderr
+
+
+def test_each_grader_converts_long_integers_with_its_own_limit():
+    # The official program process has LiveCodeBench's limit (its import set 50000 for the
+    # processes that grade); a default-graded one Python's 4300, as under `python prog.py`,
+    # also on a slot whose zygote has imported LiveCodeBench for an official grade before.
+    code = ('big = int("1" + "0" * 4400)\ninput()\n'
+            "print(sum(map(int, input().split())) + big - big)\n")
+    with GradingPool(1) as pool:
+        official = pool.grade_sync(SUM, code, grader="official")
+        default = pool.grade_sync(SUM, code)
+    assert official.em == 1
+    assert _verdicts(default) == ["runtime_error"]
+    assert "Exceeds the limit (4300 digits)" in default.feedback.error
 
 
 def test_missing_package_says_how_to_install(monkeypatch):

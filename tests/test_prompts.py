@@ -24,7 +24,7 @@ from lcb.agents.prompts import (
 )
 from lcb.data.problems import Mode, Problem
 from lcb.data.problems import Test as Case
-from lcb.runs.extract import extract_code
+from lcb.extract import extract_code
 
 OFFICIAL_SOURCE = (
     Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"

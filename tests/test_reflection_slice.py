@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from lcb.optimize.methods.reflection import (
     BEGIN_MARK,
-    CLIP_NOTE,
     END_MARK,
     MIN_SHARE,
     SliceLimits,
-    clip,
     parse_proposal,
     render_args,
     render_slice,
     role_slice,
 )
+from lcb.text import CLIP_NOTE, clip
 
 CODE = "n = int(input())\nprint(n * 2)"
 

@@ -11,10 +11,10 @@ import pytest
 
 from lcb.runs.config import RunConfig
 from lcb.runs.outcomes import sample_seed
-from lcb.runs.passk import bootstrap_ci, estimate_pass_at_k, pass_at_k, problem_rates
 from lcb.runs.records import read_records, record_key, summarize
 from lcb.runs.rundir import read_transcript
 from lcb.runs.runner import run_batch
+from lcb.stats import bootstrap_ci, estimate_pass_at_k, pass_at_k, problem_rates
 from tests.helpers_runner import (
     RIGHT,
     WRONG,

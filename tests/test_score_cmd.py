@@ -217,3 +217,56 @@ def test_run_and_score_summaries_share_one_schema(tmp_path):
     assert set(scored["by_difficulty"]["easy"]) == set(run["by_difficulty"]["easy"]) == {
         "n", "n_problems", "solved", "em", "n_truncated"}
     assert "pass@1" not in scored and "with_code" not in scored  # the old score-only names
+
+
+def test_references_grade_the_bundled_solutions_with_no_predictions_file(tmp_path):
+    out = tmp_path / "results.jsonl"
+    result = CliRunner().invoke(app, ["score", "--data", "sample", "--references", "--out",
+                                      str(out), "--jobs", "2", "--limit", "5"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    summary = json.loads(summary_path(out).read_text())
+    assert [r["id"] for r in rows] == sample_ids()[:5]
+    assert [r["line"] for r in rows] == list(range(1, 6))
+    assert all(r["programs"] == "reference" and r["em"] == 1 and r["error"] is None
+               for r in rows)
+    assert rows[0]["code"] == reference_solution(rows[0]["id"])
+    assert summary["programs"] == "reference" and summary["predictions"] is None
+    assert summary["em"] == 1.0 and summary["n"] == 5 and summary["n_missing"] == 0
+    assert "reference solutions (NOT model output)" in result.output
+
+
+def test_a_predictions_file_is_marked_as_such_in_the_summary(tmp_path):
+    first = sample_ids()[0]
+    rows, summary, _ = _score(tmp_path, [{"id": first, "code": reference_solution(first)}])
+    assert summary["programs"] == "predictions" and "programs" not in rows[0]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--data", "sample", "--references", "--predictions", "PRED"], "not both"),
+    (["--data", "sample"], "--references with --data sample"),
+    (["--references"], "add --data sample"),
+    (["--references", "--data", "ROWS"], "add --data sample"),
+])
+def test_references_refuse_a_predictions_file_and_other_data(tmp_path, args, needle):
+    pred = _write(tmp_path / "pred.jsonl", [{"id": "x", "code": "print(1)"}])
+    rows = _write(tmp_path / "rows.jsonl", [])
+    argv = [str(pred) if a == "PRED" else str(rows) if a == "ROWS" else a for a in args]
+    out = tmp_path / "r.jsonl"
+    result = CliRunner().invoke(app, ["score", *argv, "--out", str(out)])
+    assert result.exit_code == 2 and needle in result.output, result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_a_report_pairs_no_model_run_with_the_reference_solutions(tmp_path):
+    from lcb.report.aggregates import build
+    from lcb.report.collect import collect
+    from tests.helpers_report import write_results
+
+    write_results(tmp_path / "a_refs.jsonl", {"p": 1, "q": 1}, programs="reference")
+    write_results(tmp_path / "b_model.jsonl", {"p": 1, "q": 0}, programs="predictions")
+    write_results(tmp_path / "c_model.jsonl", {"p": 0, "q": 0})
+    report = build(collect([tmp_path]))
+    assert report["baseline"] == "b_model"  # not the first condition, the references
+    assert [p["other"] for p in report["flips"]["pairs"]] == ["c_model"]
+    assert set(report["flips"]["matrix"]["p"]) == {"a_refs", "b_model", "c_model"}

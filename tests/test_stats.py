@@ -1,14 +1,17 @@
 """Paired statistics against values computed by hand (the arithmetic is in the comments)."""
 
 import math
+from random import Random
 
 import pytest
 
-from lcb.optimize.stats import (
+from lcb.stats import (
+    bootstrap_ci,
     holm,
     mcnemar_exact,
     mean_std,
     paired_counts,
+    percentile_interval,
     stratified_bootstrap_ci,
 )
 
@@ -98,3 +101,22 @@ def test_bootstrap_refuses_empty_strata():
         stratified_bootstrap_ci([[1, 0], []])
     with pytest.raises(ValueError, match="resamples"):
         stratified_bootstrap_ci([[1]], resamples=0)
+
+
+@pytest.mark.parametrize("resamples, level, expected", [
+    (1000, 0.95, (25, 974)),     # ⌊1000 · 0.05 / 2⌋ = 25 and its mirror 999 - 25
+    (10_000, 0.95, (250, 9749)),
+    (100, 0.9, (5, 94)),         # α = 1/10 exactly, not the float 0.09999…: 5, never 4
+    (30, 0.95, (0, 29)),         # ⌊0.75⌋ = 0
+    (1, 0.95, (0, 0)),
+])
+def test_one_percentile_rule_for_every_interval(resamples, level, expected):
+    assert percentile_interval(list(range(resamples)), level) == expected
+
+
+def test_the_pass_at_1_interval_reads_its_resamples_by_that_rule():
+    rates = [0.25, 1.0, 0.0, 0.5, 0.75]
+    rng = Random(0)  # the documented draw: index int(random() * m)
+    means = [sum(rates[int(rng.random() * 5)] for _ in range(5)) / 5 for _ in range(30)]
+    ci = bootstrap_ci(rates, resamples=30)
+    assert (ci["low"], ci["high"]) == percentile_interval(means, 0.95)

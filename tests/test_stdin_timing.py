@@ -35,12 +35,12 @@ def _test_process() -> None:
 
 def _host_side(ctl: socket.socket, workdir: str) -> None:
     """A program host's stdin loop over `ctl`, with `_test_process` as the program."""
-    from lcb.grading.host import Host, Identity
+    from lcb.grading.host import Identity, ProgramHost
     from lcb.grading.host_stdin import StdinRun
 
     identity = Identity(uid=None, private_tmp=False, landlock=False, read_roots=(),
                         memory_group=None)
-    host = Host(mode="stdin", source="", fn_name=None, code=None, limits=Limits(),
+    host = ProgramHost(mode="stdin", source="", fn_name=None, code=None, limits=Limits(),
                 workdir=workdir, identity=identity, script=_test_process, oom_seen=[])
     message, fds = wire.recv(ctl, max_fds=wire.MAX_FDS)
     run = StdinRun(host, ctl)

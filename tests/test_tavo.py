@@ -22,10 +22,10 @@ from lcb.optimize.methods.tavo import (
     merge_fallback,
     overlay_rules,
     paired_gate,
-    split_transcript,
     val_batch_size,
     with_overlay,
 )
+from lcb.optimize.methods.tavo_credit import split_transcript
 from lcb.optimize.methods.tavo_parts import rule_problem
 from lcb.optimize.settings import SettingsError
 from lcb.teams.centralized import TOOL

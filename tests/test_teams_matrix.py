@@ -14,8 +14,8 @@ import pytest
 
 from lcb.data.datasets import load_problems
 from lcb.data.samples import reference_solution
+from lcb.extract import extract_code
 from lcb.grading import GradingPool
-from lcb.runs.extract import extract_code
 from lcb.teams.centralized import MANAGER, TOOL
 from lcb.teams.formats import CommFormat
 from lcb.teams.layouts import TEAM_SIZES, team_layout

@@ -6,7 +6,8 @@ import asyncio
 import threading
 import time
 
-from lcb.agents.tools import MAX_FIELD_CHARS, TIMEOUT_S, clip, make_python_exec
+from lcb.agents.tools import MAX_FIELD_CHARS, TIMEOUT_S, make_python_exec
+from lcb.agents.tools import clip_output as clip
 from tests.helpers_agents import EchoRunner, FakeRun
 
 

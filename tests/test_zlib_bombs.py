@@ -33,30 +33,37 @@ TIME_LIMIT_S = 15.0
 CASES = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]
 
 
-def zlib_stream(head: bytes, zero_blocks: int) -> bytes:
-    """A valid zlib stream of `head` then `zero_blocks` x 16 MiB of zeros."""
+def zlib_stream(head: bytes, zero_blocks: int, tail: bytes = b"") -> bytes:
+    """A valid zlib stream of `head`, `zero_blocks` x 16 MiB of zeros, then `tail`."""
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw: the zlib header and check are ours
     start = deflate.compress(head) + deflate.flush(zlib.Z_FULL_FLUSH)
     block = deflate.compress(ZEROS) + deflate.flush(zlib.Z_FULL_FLUSH)  # stands alone
-    end = deflate.flush()
+    end = deflate.compress(tail) + deflate.flush()
     check = zlib.adler32(head)
     for _ in range(zero_blocks):
         check = zlib.adler32(ZEROS, check)
+    check = zlib.adler32(tail, check)
     return b"\x78\xda" + start + block * zero_blocks + end + check.to_bytes(4, "big")
 
 
 def bomb_row(qid: str, head: bytes, zero_blocks: int = ZERO_BLOCKS) -> dict:
-    stream = base64.b64encode(zlib_stream(head, zero_blocks)).decode("ascii")
+    blocks, tail = UNDER_CAP.get(qid, (zero_blocks, b""))
+    stream = base64.b64encode(zlib_stream(head, min(blocks, zero_blocks), tail)).decode("ascii")
     return {**stdin_row(qid), "private_test_cases": stream}
 
 
 # PROTO 4, BINUNICODE8 declaring 8 GiB of text
 DECLARES_GIGABYTES = b"\x80\x04\x8d" + (8 << 30).to_bytes(8, "little")
 SMALL_TEXT = pickle.dumps(json.dumps(CASES))  # a whole, valid pickle: zeros follow its STOP
+# A whole, valid pickle of 1008 MiB of zeros as one text (under the cap), then MEMOIZE, STOP
+UNDER_CAP_BLOCKS = 63
+DECLARES_UNDER_CAP = b"\x80\x04\x8d" + (UNDER_CAP_BLOCKS * len(ZEROS)).to_bytes(8, "little")
+UNDER_CAP = {"zeros-under-cap": (UNDER_CAP_BLOCKS, b"\x94.")}  # qid: its blocks and tail
 BOMBS = {
     "declares-8GiB": (DECLARES_GIGABYTES, "decompresses to more than 1 GiB"),
     "small-then-zeros": (SMALL_TEXT, "invalid pickle: more data after its text"),
     "no-pickle": (b"", "invalid pickle: not one pickled text"),
+    "zeros-under-cap": (DECLARES_UNDER_CAP, "decompressed text is not a JSON list of tests"),
 }
 
 
@@ -106,7 +113,7 @@ def test_lcb_problems_refuses_zlib_bombs_in_little_memory_and_time(tmp_path):
     status, stdout, stderr, peak, elapsed = _run_problems(path, tmp_path)
     assert status == 0, stderr
     assert [json.loads(line)["id"] for line in stdout.splitlines()] == ["good1", "good2"]
-    assert "Traceback" not in stderr and "skipped 3 row(s):" in stderr
+    assert "Traceback" not in stderr and f"skipped {len(BOMBS)} row(s):" in stderr
     for qid, (_, reason) in BOMBS.items():
         assert any(line.startswith(f"  {qid}: ") and "field 'private_test_cases'" in line
                    and reason in line for line in stderr.splitlines()), (qid, stderr)
@@ -121,6 +128,29 @@ def test_each_bomb_is_refused_by_decode_row_naming_the_field(qid):
         decode_row(bomb_row(qid, head, zero_blocks=4))
     assert info.value.field == "private_test_cases"
     assert reason.split(" 1 GiB")[0] in info.value.reason
+
+
+@pytest.mark.parametrize("start", [
+    b"\x00" * 64, b"junk", b"[[[[", b'{"input": "1"}', b"[" + b" " * 2000, b'"[{"'])
+def test_a_long_text_that_cannot_start_a_list_of_tests_is_refused_unread(start):
+    # Declared 1008 MiB, but the stream holds 1 KiB or so: the refusal reads only its start.
+    head = DECLARES_UNDER_CAP + start
+    row = {**stdin_row("odd"), "private_test_cases":
+           base64.b64encode(zlib_stream(head + bytes(2048), 0)).decode("ascii")}
+    with pytest.raises(RowError, match="not a JSON list of tests"):
+        decode_row(row)
+
+
+@pytest.mark.parametrize("start", [b'[{"input": "1", "output": "2"}', b' \n\t[ \r\n{"in', b"[]"])
+def test_a_long_text_that_starts_as_a_list_of_tests_is_read(start):
+    text = start + b" " * 4096 + b"x"  # longer than the probe; not valid JSON in the end
+    blob = b"\x80\x04\x8d" + len(text).to_bytes(8, "little") + text + b"\x94."
+    row = {**stdin_row("ok"), "private_test_cases":
+           base64.b64encode(zlib.compress(blob)).decode("ascii")}
+    with pytest.raises(RowError) as info:
+        decode_row(row)
+    assert "not a JSON list of tests" not in info.value.reason
+    assert "decompressed text is not JSON" in info.value.reason  # read whole, then parsed
 
 
 # Ordinary rows still load

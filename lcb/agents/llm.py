@@ -84,7 +84,7 @@ from lcb.agents.failures import (  # re-exported: the gateway's failures are par
 )
 from lcb.agents.models import ModelConfig, build_chat_model, new_http_client
 from lcb.agents.usage import CallRecord, CallTag, UsageLedger
-from lcb.runs.extract import strip_think
+from lcb.extract import strip_think
 
 __all__ = ["BAD_REQUEST_STATUS", "RETRYABLE_STATUS", "TRANSPORT_ERRORS", "TRUNCATED", "CacheMiss",
            "IdleTimeout", "ModelCallError", "ModelGateway", "StreamCut", "describe_error",

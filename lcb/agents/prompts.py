@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lcb.data.problems import Mode, Problem
+from lcb.registry import SEED_ROLES  # each topology's roles, in the order bundles list them
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "configs" / "prompts"
 TASK_DIR = "lcb"  # configs/prompts/<topology>/<TASK_DIR>/<role>.txt
@@ -43,20 +44,6 @@ STDIN_FORMAT = (
 )
 STDIN_STUB = "# YOUR CODE HERE"
 ANSWER_LINE = "### Answer: (use the provided format with backticks)"
-
-SEED_ROLES: dict[str, tuple[str, ...]] = {
-    "single": ("solver",),
-    "independent": ("coder",),
-    "sequential": (
-        "analyzer", "coder", "tester", "debugger", "requirements_parser", "algorithm_designer",
-        "edge_case_thinker", "code_reviewer", "complexity_analyzer", "optimizer",
-    ),
-    "centralized": (
-        "manager", "analyzer", "coder", "tester", "design", "edge_case", "debug", "review",
-        "complexity_analyzer", "optimizer",
-    ),
-    "decentralized": ("debater",),
-}
 
 PLACEHOLDERS: dict[str, str] = {
     "workers": "centralized manager: the workers it may delegate to, one '- role: duty' a line",

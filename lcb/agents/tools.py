@@ -23,6 +23,8 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 
+from lcb.text import OUTPUT_NOTE, THREE_QUARTERS, clip
+
 TIMEOUT_S = 10.0
 MAX_FIELD_CHARS = 2000
 TOOL_NAME = "python_exec"
@@ -40,12 +42,10 @@ class PythonExecArgs(BaseModel):
     stdin: str = Field(default="", description="Text given to the program on standard input.")
 
 
-def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
-    """Keep the head and the tail of `text` within about `limit` characters, marking the cut."""
-    if len(text) <= limit:
-        return text
-    head, tail = (limit * 3) // 4, limit // 4
-    return f"{text[:head]}\n... [{len(text) - head - tail} characters cut] ...\n{text[-tail:]}"
+def clip_output(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """The head (3/4) and the tail of `text` within about `limit` characters, marking the cut
+    (`lcb.text.clip` with `THREE_QUARTERS` and `OUTPUT_NOTE`)."""
+    return clip(text, limit, head=THREE_QUARTERS, note=OUTPUT_NOTE)
 
 
 def format_result(result: Any) -> str:
@@ -54,8 +54,8 @@ def format_result(result: Any) -> str:
         status = f"timed out after {TIMEOUT_S:g} s (killed)"
     else:
         status = f"exit code {result.exit_code}"
-    lines = [status, "stdout:", clip(result.stdout) or "(empty)", "stderr:",
-             clip(result.stderr) or "(empty)"]
+    lines = [status, "stdout:", clip_output(result.stdout) or "(empty)", "stderr:",
+             clip_output(result.stderr) or "(empty)"]
     if result.output_truncated:
         lines.append("(output was longer than the sandbox keeps; the rest is lost)")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ import typer
 
 from lcb.cli.application import LcbGroup, LcbTyper, app
 from lcb.cli.options import fail
+from lcb.registry import GRID_EXECUTORS
 
 grid_app = LcbTyper(name="grid", cls=LcbGroup, no_args_is_help=True,
                     help="Plan, run, follow and report an experiment grid (a grid.yaml spec: "
@@ -37,10 +38,7 @@ grid_app = LcbTyper(name="grid", cls=LcbGroup, no_args_is_help=True,
 app.add_typer(grid_app, name="grid")
 
 
-class Executor(StrEnum):
-    local = "local"
-    slurm = "slurm"
-    ray = "ray"
+Executor = StrEnum("Executor", {name: name for name in GRID_EXECUTORS})
 
 
 SpecArg = Annotated[Path, typer.Argument(metavar="GRID.yaml", dir_okay=False,

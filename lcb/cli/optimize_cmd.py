@@ -36,23 +36,19 @@ import typer
 from typer._click.exceptions import UsageError  # typer vendors its own click
 
 from lcb.cli.application import LcbCommand, app, entry_app
-from lcb.cli.options import (
-    COMMUNICATIONS,
-    TOPOLOGIES,
-    GenerationOptions,
-    choices_metavar,
-    with_generation_options,
-)
+from lcb.cli.options import GenerationOptions, choices_metavar, with_generation_options
 from lcb.cli.signals import Terminated, run_until_term
-from lcb.grading.launch import SANDBOXES
 from lcb.io import json_text
+from lcb.registry import (
+    COMMUNICATIONS,
+    DEFAULT_COMMUNICATION,
+    METHODS,
+    PHASES,
+    SANDBOXES,
+    TOPOLOGIES,
+)
 
 _JOB, _PROTOCOL = "Job", "Protocol"
-# The registered methods (`lcb.optimize.methods.OPTIMIZERS`) and the job's phases
-# (`lcb.optimize.job.JobPhase`), spelled out to keep the help fast; a test keeps them equal.
-METHODS = ("identity", "gepa", "mipro", "mamut_gepa", "tavo", "maspo", "hivemind", "mapro",
-           "maspob")
-PHASES = ("optimize", "validate", "test", "all")
 
 
 def _opt(*names: str, panel: str = _JOB, **kw: Any) -> Any:
@@ -106,7 +102,7 @@ def optimize(
     team_size: Annotated[int | None, _opt("--team-size", min=1, metavar="N", help="Team size "
                                           "(default: the team's).")] = None,
     communication: Annotated[str, _opt("--communication", metavar=choices_metavar(COMMUNICATIONS),
-                                       help="Inter-agent message format.")] = "freeform",
+                                       help="Inter-agent message format.")] = DEFAULT_COMMUNICATION,
     budget: Annotated[int, _opt("--budget", min=0, metavar="N", panel=_PROTOCOL,
                                 help="Charged full-team rollouts (standard: 600).")] = 600,
     phase: Annotated[str, _opt("--phase", panel=_PROTOCOL, metavar=choices_metavar(PHASES),

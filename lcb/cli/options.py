@@ -31,14 +31,10 @@ from rich.console import Console
 
 from lcb.data.datasets import DIFFICULTIES, PLATFORMS, DataError, Loaded, Selection, load_problems
 from lcb.data.hub import DEFAULT_RELEASE, HUB_DATASET, REVISION_ENV
-from lcb.grading.launch import SANDBOXES
-from lcb.grading.pool import GRADERS
+from lcb.registry import COMMUNICATIONS, GRADERS, SANDBOXES, TOPOLOGIES
 
-# The registered teams (`lcb.teams.TEAMS`) and their message formats
-# (`lcb.teams.formats.CommFormat`), spelled out because importing the teams loads LangChain and
-# LangGraph (seconds), which `lcb --help` must not wait for. Tests keep them equal.
-TOPOLOGIES = ("single", "independent", "sequential", "centralized", "decentralized")
-COMMUNICATIONS = ("freeform", "semi_structured", "structured_soft")
+# The choices come from `lcb.registry`, not from the teams and the grader themselves: importing
+# the teams loads LangChain and LangGraph (seconds), which `lcb --help` must not wait for.
 Communication = StrEnum("Communication", {name: name for name in COMMUNICATIONS})
 Topology = StrEnum("Topology", {name: name for name in TOPOLOGIES})
 Difficulty = StrEnum("Difficulty", {name: name for name in DIFFICULTIES})

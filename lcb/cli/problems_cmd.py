@@ -1,13 +1,17 @@
 """`lcb problems`: list the problems a source and filters select.
 
-Output: a table on stdout (or `--json`: one object per line with `id, mode, difficulty,
-platform, contest_date, n_public, n_private, fn_name`); the source and any skipped rows, with
-reasons, on stderr. An unusable source or a bad option exits with status 2 and one line.
+Output on stdout: a table sized to the terminal; when stdout is not a terminal (a pipe, a
+file), tab-separated lines instead, a header line first, every column whole, as `kubectl get`
+does (a title's tabs and line breaks become spaces; the count goes to stderr); or `--json`: one
+object per line with `id, mode, difficulty, platform, contest_date, n_public, n_private,
+fn_name`. The source and any skipped rows, with reasons, go to stderr. An unusable source or a
+bad option exits with status 2 and one line.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated
 
 import typer
@@ -33,18 +37,34 @@ def problem_summary(problem: Problem) -> dict:
     }
 
 
+COLUMNS = ("id", "title", "mode", "difficulty", "platform", "date", "public", "private",
+           "fn_name")
+_BREAKS = re.compile(r"[\t\r\n\v\f]+")
+
+
+def _cells(problem: Problem) -> tuple[str, ...]:
+    """One problem's row, in `COLUMNS` order."""
+    row = problem_summary(problem)
+    return (problem.id, problem.title, row["mode"], problem.difficulty, problem.platform,
+            problem.contest_date[:10], str(row["n_public"]), str(row["n_private"]),
+            problem.fn_name or "")
+
+
 def _table(problems: list[Problem]) -> Table:
     table = Table(title=f"{len(problems)} problem(s)")
-    for column in ("id", "title", "mode", "difficulty", "platform", "date", "public", "private",
-                   "fn_name"):
+    for column in COLUMNS:
         justify = "right" if column in ("public", "private") else "left"
         table.add_column(column, justify=justify, no_wrap=column == "id")
     for problem in problems:
-        row = problem_summary(problem)
-        table.add_row(problem.id, problem.title, row["mode"], problem.difficulty,
-                      problem.platform, problem.contest_date[:10], str(row["n_public"]),
-                      str(row["n_private"]), problem.fn_name or "")
+        table.add_row(*_cells(problem))
     return table
+
+
+def tsv_lines(problems: list[Problem]) -> list[str]:
+    """The listing for a pipe or file: the header, then one tab-separated line per problem,
+    no cell cut; tabs and line breaks inside a cell become one space each run."""
+    rows = [COLUMNS, *(_cells(problem) for problem in problems)]
+    return ["\t".join(_BREAKS.sub(" ", cell) for cell in row) for row in rows]
 
 
 def _describe(source: dict) -> str:
@@ -65,15 +85,24 @@ def problems(
 ) -> None:
     """List the problems a source and filters select; skipped rows are reported on stderr.
 
+    Piped or redirected, the list is tab-separated lines with every column whole.
+
     Default source: the hub dataset livecodebench/code_generation_lite, release_v1, in dataset
     order (cached by huggingface_hub; works offline once downloaded).
+
+    --data sample (the bundled sample set) needs no download.
     """
     loaded = load_or_exit(data_options)
     err = Console(stderr=True, soft_wrap=True)
     err.print(_describe(loaded.source), markup=False, highlight=False)
+    out = Console(soft_wrap=True)
     if as_json:
         for problem in loaded.problems:
             typer.echo(json.dumps(problem_summary(problem)))
-    else:
-        Console(soft_wrap=True).print(_table(loaded.problems))
+    elif out.is_terminal:
+        out.print(_table(loaded.problems))
+    else:  # a pipe or a file: whole cells, no table drawn at the terminal's width
+        err.print(f"{len(loaded.problems)} problem(s)", markup=False, highlight=False)
+        for line in tsv_lines(loaded.problems):
+            typer.echo(line)
     report_skipped(loaded, console=err)

@@ -6,7 +6,8 @@ and writes the report folder (`lcb.report.pages`). `lcb compare RUN_A RUN_B` pri
 from A to B (`lcb.report.compare`). A path that holds nothing to report, a malformed or
 unreadable file (a transcript cut short, a bad seed bundle or selection), or an `--out` that is
 not a report folder (a file, or a non-empty folder without report.json) exits with status 2
-and a one-line message naming it; nothing is written then.
+and a one-line message naming it; nothing is written then. A line of an `lcb score` results
+file that is not a readable record is left out of the report and named on stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lcb.cli.application import app
 from lcb.cli.options import fail
 from lcb.optimize.aggregate import AggregateError
 from lcb.optimize.artifacts import ArtifactError
-from lcb.report.collect import ReportError
+from lcb.report.collect import Condition, ReportError
 
 
 @app.command("report")
@@ -43,14 +44,27 @@ def report(
     from lcb.report.pages import report_size, write_report
 
     try:
-        written = write_report(collect(paths), out, title=title, baseline=baseline)
+        sources = collect(paths)
+        written = write_report(sources, out, title=title, baseline=baseline)
     except (ReportError, ArtifactError, AggregateError) as exc:
         fail(str(exc))
+    _say_skipped(sources.conditions)
     n_conditions, n_groups = len(written["conditions"]), len(written["grid"]["groups"])
     Console(soft_wrap=True).print(
         f"{out / 'index.html'}: {n_conditions} run(s) or results, {n_groups} optimizer "
         f"group(s), {len(written['flips']['matrix'])} problem page(s), "
         f"{report_size(out) / 1e6:.2f} MB", markup=False, highlight=False)
+
+
+def _say_skipped(conditions: list[Condition]) -> None:
+    """Name on stderr each results line the report left out (not a readable record)."""
+    err = Console(stderr=True, soft_wrap=True)
+    for cond in conditions:
+        if cond.skipped:
+            err.print(f"{cond.path}: left out {len(cond.skipped)} line(s) that are not "
+                      "readable records:", markup=False, highlight=False)
+            for reason in cond.skipped:
+                err.print(f"  {reason}", markup=False, highlight=False)
 
 
 @app.command("compare")

@@ -39,13 +39,13 @@ from lcb.cli.options import (
     with_data_options,
     with_generation_options,
 )
+from lcb.registry import DEFAULT_TEAM_SIZE, INTERACTING_TOPOLOGIES, TEAM_SIZES, TOPOLOGIES
 
-# `TOPOLOGIES` spells out `lcb.teams.TEAMS` (see `lcb.cli.options`; tests/test_cli_run.py).
+# The seed's entry point of each team (the specification's module paths).
 ENTRY_MODULES = {
-    "single": "topologies.single.lcb.langgraph_lcb",
-    "independent": "topologies.independent.lcb.langgraph_lcb",
-    **{t: f"topologies.{t}.langgraph.lcb.langgraph_lcb"
-       for t in ("sequential", "centralized", "decentralized")},
+    t: f"topologies.{t}.langgraph.lcb.langgraph_lcb" if t in INTERACTING_TOPOLOGIES
+    else f"topologies.{t}.lcb.langgraph_lcb"
+    for t in TOPOLOGIES
 }
 _RUN, _MODEL, _TEAM = "Run", "Model endpoint", "Team"
 
@@ -67,8 +67,9 @@ SeedOpt = Annotated[int, _opt("--seed", metavar="SEED",
                               help="Sampling seed (recorded in every record).")]
 TeamSizeOpt = Annotated[int | None, _opt(
     "--team-size", min=1, panel=_TEAM,
-    help="Agents in a multi-agent team: 2, 4, 8 or 10 for sequential and centralized, any "
-         "number of replicas/peers for independent and decentralized (default 4; "
+    help=f"Agents in a multi-agent team: {', '.join(map(str, TEAM_SIZES[:-1]))} or "
+         f"{TEAM_SIZES[-1]} for sequential and centralized, any number of replicas/peers for "
+         f"independent and decentralized (default {DEFAULT_TEAM_SIZE}; "
          "$INDEPENDENT_N_AGENTS / $DECENTRALIZED_N_AGENTS).")]
 CommunicationOpt = Annotated[Communication, _opt(
     "--communication", panel=_TEAM,

@@ -6,10 +6,14 @@ input order, flushed line by line), writes the summary as JSON next to it (`RESU
 see `lcb.runs.scoring.summary_path`; the schema of `lcb run`'s summary) and prints it as the same
 table. `--grader both` grades each program with both graders: the default grade stays the
 line's, and the agreement of the two (rate, and each disagreement's divergence class) is added
-to the lines and the summary and said on the console. Per-line problems (bad JSON, unknown
+to the lines and the summary and said on the console. `--references` (with `--data sample`)
+grades the sample set's reference solutions instead of a file: a check that grading works
+here, labelled on every line and in the summary (`programs: "reference"`), never taken for a
+model's programs. Per-line problems (bad JSON, unknown
 id, no code) become error lines, each named on stderr with its line number and reason, as are
 the selected problems without a prediction (`--missing-as-fail` counts them as failures);
-configuration problems (missing official grader, unusable data source, a RESULTS.jsonl that
+configuration problems (neither or both of `--predictions` and `--references`, `--references`
+without `--data sample`, missing official grader, unusable data source, a RESULTS.jsonl that
 already holds lines: the summary would not count them, or one that another lcb process is
 writing: see `lcb.runs.lock`) exit with status 2 and a one-line message.
 """
@@ -40,9 +44,10 @@ from lcb.cli.options import (
     report_skipped,
     with_data_options,
 )
-from lcb.data.datasets import Loaded, Selection
+from lcb.data.datasets import SAMPLE, Loaded, Selection, source_kind
 from lcb.grading import SandboxUnavailable
 from lcb.grading.official import OfficialGraderMissing
+from lcb.io import write_text
 from lcb.runs import scoring
 from lcb.runs.lock import file_lock
 from lcb.runs.rundir import OutputError
@@ -69,9 +74,14 @@ def agreement_line(summary: dict) -> str:
 @with_data_options
 def score(
     *,
-    predictions: Annotated[Path, typer.Option(
+    predictions: Annotated[Path | None, typer.Option(
         "--predictions", exists=True, dir_okay=False, readable=True, metavar="PRED.jsonl",
-        help="JSONL of programs: one {\"id\": question_id, \"code\": program, …} per line.")],
+        help="JSONL of programs: one {\"id\": question_id, \"code\": program, …} per line.")
+        ] = None,
+    references: Annotated[bool, typer.Option(
+        "--references", help="Grade the bundled reference solutions of the sample set (with "
+                             "--data sample) instead of a predictions file: a check that "
+                             "grading works here; no model.")] = False,
     out: Annotated[Path, typer.Option(
         "--out", dir_okay=False, metavar="RESULTS.jsonl",
         help="Results JSONL (new or empty); the summary goes to <stem>.summary.json beside it.")],
@@ -94,7 +104,9 @@ def score(
                                ] = False,
     data_options: DataOptions,
 ) -> None:
-    """Grade the programs of a predictions file and print pass@1."""
+    """Grade the programs of a predictions file (or the sample set's reference solutions) and
+    print pass@1."""
+    _check_programs(predictions, references=references, data=data_options.data)
     config = scoring.ScoreConfig(grader=str(grader), all_tests=all_tests, jobs=jobs,
                                  sandbox=str(sandbox), missing_as_fail=missing_as_fail)
     _check_grader(config)
@@ -103,12 +115,38 @@ def score(
         _score(predictions, out, config=config, data_options=data_options)
 
 
-def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
-           data_options: DataOptions) -> None:
+def _check_programs(predictions: Path | None, *, references: bool, data: str | None) -> None:
+    """Exactly one of `--predictions` and `--references`; the references need the sample set."""
+    if predictions is not None and references:
+        fail("--references grades the sample set's reference solutions, --predictions a file "
+             "of programs: give one of them, not both")
+    if predictions is None and not references:
+        fail("nothing to grade: give --predictions PRED.jsonl, or --references with --data "
+             "sample (the bundled reference solutions)")
+    if references and source_kind(data) != SAMPLE:
+        where = f"--data {data}" if data else "the default source (the hub dataset)"
+        fail(f"--references: only the bundled sample set has reference solutions, not {where}; "
+             "add --data sample")
+
+
+def _programs(predictions: Path | None, data_options: DataOptions
+              ) -> tuple[list[scoring.Prediction], Loaded]:
+    """The predictions to grade and the problems they are graded against: the file's, or (no
+    file) the reference solution of every selected problem."""
+    if predictions is None:
+        loaded = load_or_exit(data_options)
+        report_skipped(loaded)
+        return scoring.reference_predictions(loaded.problems), loaded
     parsed = scoring.read_predictions(predictions)
     narrowed = _narrowed(data_options, parsed)
     loaded = load_or_exit(narrowed)
     report_skipped(loaded if narrowed is data_options else _without_absent_ids(loaded))
+    return parsed, loaded
+
+
+def _score(predictions: Path | None, out: Path, *, config: scoring.ScoreConfig,
+           data_options: DataOptions) -> None:
+    parsed, loaded = _programs(predictions, data_options)
     problems = {p.id: p for p in loaded.problems}
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -122,14 +160,18 @@ def _score(predictions: Path, out: Path, *, config: scoring.ScoreConfig,
     summary = {**scoring.summarize_scores(lines, selected=problems,
                                           missing_as_fail=config.missing_as_fail),
                "grader": config.grader, "all_tests": config.all_tests,
-               "predictions": str(predictions), "results": str(out), "source": loaded.source}
-    scoring.summary_path(out).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+               scoring.PROGRAMS: scoring.PREDICTIONS if predictions else scoring.REFERENCE,
+               "predictions": str(predictions) if predictions else None, "results": str(out),
+               "source": loaded.source}
+    write_text(scoring.summary_path(out), json.dumps(summary, indent=2) + "\n")
     err = Console(stderr=True, soft_wrap=True)
     for note in scoring.notes(lines, summary):
         err.print(note, markup=False, highlight=False)
     console = Console(soft_wrap=True)
     grader_name = "default" if config.grader == scoring.BOTH else config.grader
-    print_summary(summary, console=console, title=f"pass@1 ({grader_name} grader)", totals=False)
+    whose = "" if predictions else " of the reference solutions (NOT model output)"
+    print_summary(summary, console=console, title=f"pass@1{whose} ({grader_name} grader)",
+                  totals=False)
     if "agreement" in summary:
         console.print(agreement_line(summary), markup=False, highlight=False)
 

@@ -13,7 +13,9 @@ Contract:
   The first file resolves the revision to a commit hash; every other file is fetched at that
   hash, so one load never mixes commits, and the hash is recorded in the description.
 - It works offline (`HF_HUB_OFFLINE=1`, or no network) when the files are cached. When they are
-  not, it raises `DataError` saying how to get the data. The `datasets` package is not used: its
+  not, it raises `DataError` saying how to get the data.
+- Every `DataError` raised here ends with `OFFLINE_HINT`: `--data sample` (the bundled sample
+  set) is the way to try lcb with no download. The `datasets` package is not used: its
   current versions cannot run this dataset's loading script.
 - Unless offline mode is on, one TCP connect to the hub endpoint (`HF_ENDPOINT`, or the proxy
   that serves it) comes first, bounded by `CONNECT_TIMEOUT_S` (name lookup included). When it
@@ -40,6 +42,7 @@ LATEST_VERSION = 6
 REVISION_ENV = "LCB_HF_REVISION"
 DEFAULT_REVISION = "main"
 CONNECT_TIMEOUT_S = 3.0
+OFFLINE_HINT = "to try lcb with no download, use --data sample (the bundled sample set)"
 
 _RELEASE = re.compile(r"release_v(\d+)")
 _SINGLE = re.compile(r"v(\d+)")
@@ -70,10 +73,15 @@ def release_versions(tag: str) -> range:
     elif match := _RANGE.fullmatch(text):
         first, last = int(match[1]), int(match[2])
     else:
-        raise DataError(_bad_tag(tag, "unknown form"))
+        raise hub_error(_bad_tag(tag, "unknown form"))
     if not 1 <= first <= last <= LATEST_VERSION:
-        raise DataError(_bad_tag(tag, f"versions must satisfy 1 <= A <= B <= {LATEST_VERSION}"))
+        raise hub_error(_bad_tag(tag, f"versions must satisfy 1 <= A <= B <= {LATEST_VERSION}"))
     return range(first, last + 1)
+
+
+def hub_error(message: str) -> DataError:
+    """A `DataError` about the hub: `message`, then `OFFLINE_HINT`."""
+    return DataError(f"{message}; {OFFLINE_HINT}")
 
 
 def _bad_tag(tag: str, why: str) -> str:
@@ -180,16 +188,16 @@ def _download(repo_id: str, filename: str, revision: str, unreachable: str | Non
         local = hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
                                 local_files_only=unreachable is not None)
     except LocalEntryNotFoundError:
-        raise DataError(_not_cached(where, repo_id, filename, constants.HF_HUB_CACHE,
+        raise hub_error(_not_cached(where, repo_id, filename, constants.HF_HUB_CACHE,
                                     unreachable)) from None
     except RepositoryNotFoundError:
-        raise DataError(f"--data {repo_id}: no such dataset on the hub (or it is gated)") from None
+        raise hub_error(f"--data {repo_id}: no such dataset on the hub (or it is gated)") from None
     except RevisionNotFoundError:
-        raise DataError(f"cannot fetch {where}: unknown revision {revision!r}") from None
+        raise hub_error(f"cannot fetch {where}: unknown revision {revision!r}") from None
     except EntryNotFoundError:
-        raise DataError(f"cannot fetch {where}: the dataset has no such file") from None
+        raise hub_error(f"cannot fetch {where}: the dataset has no such file") from None
     except (HfHubHTTPError, OSError) as exc:
-        raise DataError(f"cannot fetch {where}: {exc}") from None
+        raise hub_error(f"cannot fetch {where}: {exc}") from None
     return Path(local)
 
 

@@ -11,7 +11,12 @@ row and the field):
 - A pickle that starts with such a text opcode is refused at once when the declared length
   passes `cap` (nothing more is inflated), and may take at most `_TRAILER` bytes past the text:
   more data (a small text followed by gigabytes of zeros, say) is refused after those bytes.
-  Reading such a text costs about twice its length (the inflated bytes, then the text).
+- Before a text longer than `_PROBE` (1 KiB) is read, its first `_PROBE` bytes are inflated
+  and must be able to start a JSON list of tests: JSON whitespace, `[`, whitespace, then `{`
+  or `]`. Anything else (zeros, junk, a text that is not a list) is refused having cost only
+  those bytes, however long the declared text. A text that does start so is read whole, at
+  about twice its length (the inflated bytes, then the text): a bomb that looks like JSON (one
+  test holding a huge run of one character) is bounded by `cap` only.
 - Any other stream (a pickle of something else, of text at protocol 0, or no pickle at all) is
   inflated only up to `_OTHER_LIMIT` (64 KiB): longer ones are refused unread, shorter ones are
   unpickled so the refusal can say what they hold. Opcodes that build containers cost memory
@@ -30,6 +35,8 @@ from typing import Any
 from lcb.data.rowcheck import RowError, over_cap, shown, size_text
 
 _HEAD = 20  # PROTO (2 bytes) + FRAME (9) + a text opcode and its length (9)
+_PROBE = 1024  # the first bytes of a declared text that must look like a JSON list of tests
+_JSON_SPACE = b" \t\n\r"
 _TRAILER = 16  # memo (at most 5 bytes) and STOP after the text, with room to spare
 _OTHER_LIMIT = 64 << 10
 _PROTO, _FRAME = 0x80, 0x95
@@ -57,8 +64,14 @@ def text_end(head: bytes) -> int | None:
     the start); None when it does not start with PROTO, FRAME and a text opcode (module doc).
 
     >>> text_end(pickle.dumps("abc", protocol=4)), len(pickle.dumps("abc", protocol=4))
-    (17, 19)
+    (16, 18)
     """
+    span = _text_span(head)
+    return None if span is None else span[1]
+
+
+def _text_span(head: bytes) -> tuple[int, int] | None:
+    """(start, end) of the declared text, in bytes from the stream's start (see `text_end`)."""
     pos = 2 if head[:1] == bytes([_PROTO]) else 0
     if head[pos:pos + 1] == bytes([_FRAME]):
         pos += 9
@@ -66,7 +79,18 @@ def text_end(head: bytes) -> int | None:
     if width is None or pos + 1 + width > len(head):
         return None
     start = pos + 1 + width
-    return start + int.from_bytes(head[pos + 1:start], "little")
+    return start, start + int.from_bytes(head[pos + 1:start], "little")
+
+
+def _can_start_tests(first: bytes) -> bool:
+    """Whether a text starting with `first` can be a JSON list of test objects: whitespace,
+    `[`, whitespace, then `{` or `]`, all within `first`.
+
+    >>> _can_start_tests(b' [{"input": '), _can_start_tests(b"[ ]"), _can_start_tests(bytes(9))
+    (True, True, False)
+    """
+    rest = first.lstrip(_JSON_SPACE)
+    return rest[:1] == b"[" and rest[1:].lstrip(_JSON_SPACE)[:1] in (b"{", b"]")
 
 
 class _Inflating:
@@ -112,12 +136,14 @@ def _inflate(inflater: Any, data: bytes, size: int, *, rid: str, field: str) -> 
 def unpickle_text(data: bytes, *, cap: int, rid: str, field: str) -> Any:
     """The object pickled in the zlib stream `data`, read with bounded memory (module doc)."""
     head = _inflate(zlib.decompressobj(), data, _HEAD, rid=rid, field=field)
-    end = text_end(head)
-    if end is None:
+    span = _text_span(head)
+    if span is None:
         return _unpickle_other(data, cap=cap, rid=rid, field=field)
+    start, end = span
     if end > cap:
         raise RowError(rid, field, f"decompresses to more than {over_cap(cap)} (its pickle "
                                    f"declares a text ending at byte {end})")
+    _check_start(data, start, end, rid=rid, field=field)
     reader = _Inflating(data, limit=min(cap, end + _TRAILER), cap=cap, rid=rid, field=field)
     try:
         value = _load(_DataOnlyUnpickler(reader), rid=rid, field=field)
@@ -126,6 +152,19 @@ def unpickle_text(data: bytes, *, cap: int, rid: str, field: str) -> Any:
         return _unpickle_other(data, cap=cap, rid=rid, field=field,
                                over="invalid pickle: more data after its text")
     return value
+
+
+def _check_start(data: bytes, start: int, end: int, *, rid: str, field: str) -> None:
+    """Refuse the declared text at bytes start..end, longer than `_PROBE`, when its first
+    `_PROBE` bytes cannot start a JSON list of tests, having inflated only those (module doc).
+    A shorter text, or a stream that ends sooner, costs little: the parsers judge it."""
+    if end - start <= _PROBE:
+        return
+    first = _inflate(zlib.decompressobj(), data, start + _PROBE, rid=rid, field=field)[start:]
+    if len(first) == _PROBE and not _can_start_tests(first):
+        raise RowError(rid, field, f"decompressed text is not a JSON list of tests (it "
+                                   f"starts {first[:16]!r}; its pickle declares "
+                                   f"{size_text(end - start)})")
 
 
 def _unpickle_other(data: bytes, *, cap: int, rid: str, field: str,

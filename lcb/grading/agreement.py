@@ -14,7 +14,11 @@ Contract:
   the two grades showing what the class predicts (which grader fails first, with which verdict,
   and, where the official code says it in a recognisable way, its error text). The classes are
   those of docs/grading.md ("Where the two graders differ"), in its order, then `PUBLIC_TESTS`:
-  the official grader failed on a public test, which the default grader does not run.
+  the official grader failed on a public test, which the default grader does not run. A class
+  explains a failure on a public test only on evidence the verdict alone does not give there:
+  the official error's words, or, for a class in which the output is lost, no output at all.
+  A program that merely fails a public test (a wrong answer, with output) is `PUBLIC_TESTS`,
+  whatever its text does.
 - `summarize_agreement(lines)`: the `agreement` block of `lcb score --grader both` (see
   docs/grading.md), over result lines that carry `official` and `agree`.
 """
@@ -64,7 +68,7 @@ class Program:
         self.modules: set[str] = set()   # imported modules
         self.imported: set[str] = set()  # names imported from a module: "sys.stdout"
         self.calls_with: set[tuple[str, object]] = set()  # (callee, first constant argument)
-        self.has_global = self.raises_exit = False
+        self.has_global = self.raises_exit = self.finalizes = False
         for node in ast.walk(tree):
             self._note(node)
 
@@ -85,6 +89,9 @@ class Program:
                 self.calls_with.add((callee, node.args[0].value))
         elif isinstance(node, ast.Global):
             self.has_global = True
+        elif isinstance(node, ast.Yield | ast.YieldFrom | ast.AsyncFunctionDef) or (
+                isinstance(node, ast.FunctionDef) and node.name == "__del__"):
+            self.finalizes = True  # an object whose finalizer may print at exit
         elif isinstance(node, ast.Raise) and node.exc is not None:
             raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             self.raises_exit |= _dotted(raised) == "SystemExit"
@@ -143,12 +150,19 @@ class _Case:
     default: Mapping[str, Any]
     official: Mapping[str, Any]
 
-    def official_fails_first(self, *verdicts: str, says: tuple[str, ...] = ()) -> bool:
+    def official_fails_first(self, *verdicts: str, says: tuple[str, ...] = (),
+                             silent: bool = False) -> bool:
         """The official grader fails a test the default grader passed, with one of `verdicts`
-        (and, given `says`, an error holding one of those texts)."""
-        return (self.o is not None and (self.d is None or self.o < self.d)
-                and _verdict(self.official) in verdicts
-                and (not says or any(text in _error(self.official) for text in says)))
+        (and, given `says`, an error holding one of those texts). A public test (`o` < 0),
+        which the default grader never ran, needs evidence of the class's own: the error's
+        words (`says`) or, for a class in which the output is lost (`silent`), no output at
+        all; a plain verdict there may be the program's own failure (`PUBLIC_TESTS`)."""
+        if (self.o is None or (self.d is not None and self.o >= self.d)
+                or _verdict(self.official) not in verdicts):
+            return False
+        if says:
+            return any(text in _error(self.official) for text in says)
+        return self.o >= 0 or (silent and not _actual(self.official).strip())
 
     def default_fails_first(self, *verdicts: str) -> bool:
         return (self.d is not None and (self.o is None or self.d < self.o)
@@ -165,6 +179,11 @@ def _verdict(grade: Mapping[str, Any]) -> str:
 def _error(grade: Mapping[str, Any]) -> str:
     feedback = grade.get("feedback")
     return str(feedback.get("error") or "") if isinstance(feedback, dict) else ""
+
+
+def _actual(grade: Mapping[str, Any]) -> str:
+    feedback = grade.get("feedback")
+    return str(feedback.get("actual") or "") if isinstance(feedback, dict) else ""
 
 
 def _stdin(rule: Callable[[_Case, Program], bool]) -> Callable[[_Case], bool]:
@@ -186,9 +205,9 @@ RULES: tuple[tuple[str, Callable[[_Case], bool]], ...] = (
     ("top_level_global", _stdin(lambda c, p: p.has_global and c.official_fails_first(
         "runtime_error", "compile_error", says=("NameError", "SyntaxError", "global")))),
     ("imported_stdout", _stdin(lambda c, p: "sys.stdout" in p.imported
-                               and c.official_fails_first("wrong_answer"))),
+                               and c.official_fails_first("wrong_answer", silent=True))),
     ("main_guard", _stdin(lambda c, p: p.odd_main_guard()
-                          and c.official_fails_first("wrong_answer"))),
+                          and c.official_fails_first("wrong_answer", silent=True))),
     ("exit_code", _stdin(lambda c, p: _exits(p) and c.default_fails_first("runtime_error"))),
     ("hard_exit", _stdin(lambda c, p: p.uses("os._exit") and c.official_fails_first(
         "runtime_error", says=("without a result",)))),
@@ -200,11 +219,15 @@ RULES: tuple[tuple[str, Callable[[_Case], bool]], ...] = (
                                            in p.calls_with)
                              and c.official_fails_first("runtime_error"))),
     ("atexit_output", _stdin(lambda c, p: "atexit" in p.modules
-                             and c.official_fails_first("wrong_answer"))),
+                             and c.official_fails_first("wrong_answer", silent=True))),
     ("open_stdout", _stdin(lambda c, p: bool({("open", 1), ("os.fdopen", 1)} & p.calls_with)
-                           and c.official_fails_first("wrong_answer"))),
+                           and c.official_fails_first("wrong_answer", silent=True))),
+    ("teardown_output", _stdin(lambda c, p: p.finalizes
+                               and c.official_fails_first("wrong_answer", silent=True))),
     ("lingering_thread", _stdin(lambda c, p: (p.uses("threading.Thread") or p.uses(
         "threading.Timer")) and c.default_fails_first("time_limit"))),
+    ("int_digits", lambda c: c.default_fails_first("runtime_error")
+     and "Exceeds the limit" in _error(c.default) and "integer string" in _error(c.default)),
     ("non_data_return", lambda c: c.mode == "functional" and c.d is not None
      and _verdict(c.default) == "wrong_answer" and "not plain data" in _error(c.default)),
     (PUBLIC_TESTS, lambda c: c.d is None and c.o is not None and c.o < 0),

@@ -5,7 +5,9 @@
   streams, now on the program's fds 0/1/2 (with `.buffer`); the exit status is what Python gives
   (SystemExit rules, 1 after an uncaught exception, traceback on stderr). It ends as the
   interpreter does (`lcb.grading.exits`): non-daemon threads joined, the program's `atexit`
-  handlers run, `sys.stdout`/`sys.stderr` flushed, then the file objects it left unflushed.
+  handlers run, `sys.stdout`/`sys.stderr` flushed, then its `__main__` torn down (its objects'
+  finalizers run: a program that may have any runs in a `__main__` of its own for that), then
+  the file objects it left unflushed.
 - `run_functional(...)`: load the program once (prelude + program in a module that is not
   `__main__`), take `Solution()` when the text `class Solution` occurs (one instance for all
   tests) else the module-level function. It talks JSON lines with the judge on its channel (a
@@ -34,7 +36,7 @@ import traceback
 import types
 from typing import NoReturn
 
-from lcb.grading.exits import exit_status, finalize, may_leave_files
+from lcb.grading.exits import exit_status, finalize, may_leave_files, may_tear_down, own_main
 from lcb.grading.prelude import (
     GUARDED_BUILTINS,
     PRELUDE_CODE,
@@ -43,7 +45,7 @@ from lcb.grading.prelude import (
 )
 from lcb.grading.values import NotData
 from lcb.grading.values import encode as encode_value
-from lcb.grading.verdicts import FEEDBACK_CHARS, clip
+from lcb.grading.verdicts import FEEDBACK_CHARS, clip_feedback
 from lcb.grading.wire import FrameReader, frame
 
 SCRIPT_FILE = "solution.py"
@@ -124,13 +126,15 @@ def prepare_script(main: types.ModuleType) -> None:
 
 def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
                   after_prelude: bool = True, prepared: bool = False,
-                  find_files: bool | None = None) -> NoReturn:
+                  find_files: bool | None = None, teardown: bool | None = None) -> NoReturn:
     """Run `code` (compiled, or source compiled here) in `main`; exit as Python would.
 
     Source is compiled as if the prelude were prepended (a `from __future__` import is then a
     SyntaxError) unless `after_prelude` is False. `prepared`: the parent already ran
-    `prepare_script(main)`. `find_files`: `may_leave_files(code)`, computed here if None (a
-    parent that forks many runs of one program computes it once).
+    `prepare_script(main)`. `find_files`, `teardown`: `may_leave_files(code)` and
+    `may_tear_down(code)`, computed here if None (a parent that forks many runs of one program
+    computes them once). With `teardown` the program runs in a copy of `main`
+    (`exits.own_main`), which its exit tears down.
     """
     status = 1
     try:
@@ -143,16 +147,19 @@ def run_as_script(code: types.CodeType | str, *, main: types.ModuleType,
                         else compile(code, namespace["__file__"], "exec"))
             if find_files is None:
                 find_files = may_leave_files(code)
+            if teardown is None:
+                teardown = may_tear_down(code)
             if find_files:
                 gc.freeze()  # what exists now is not the program's (see lcb.grading.exits)
-            exec(code, namespace)
+            # No name here may hold the program's own namespace: its teardown must free it.
+            exec(code, own_main(main) if teardown else namespace)
             status = 0
         except SystemExit as exc:
             status = exit_status(exc)
         except BaseException as exc:
             sys.stderr.write(_program_traceback(exc))
             status = 1
-        status = finalize(status, find_files=bool(find_files))
+        status = finalize(status, find_files=bool(find_files), teardown=bool(teardown))
     finally:
         os._exit(status)
 
@@ -164,7 +171,7 @@ def _send(fd: int, data: bytes) -> None:
 
 
 def _failure_text(exc: BaseException) -> str:
-    return clip(_program_traceback(exc), FEEDBACK_CHARS)
+    return clip_feedback(_program_traceback(exc), FEEDBACK_CHARS)
 
 
 def _load(code: types.CodeType, source: str, fn_name: str):

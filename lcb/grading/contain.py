@@ -26,7 +26,9 @@ from typing import NamedTuple
 
 GIB = 1 << 30
 MIB = 1 << 20
-# Above a program's cap, in its memory cgroup: the zygote's and the host's own pages.
+# Above the larger program cap, in a slot's memory group: room for the zygote's and its hosts'
+# own pages (the program's processes have a group of their own, limited to its cap exactly);
+# a python_exec run's helper shares its group with the snippet.
 MEMORY_HEADROOM = 96 * MIB
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -166,10 +168,14 @@ def _cap(which: int, value: int) -> None:
 
 
 def apply_shared_limits(limits: Limits, *, own_uid: bool = False) -> None:
-    """The rlimits a program host shares with its programs: address space, files, no cores;
-    with `own_uid` (programs run as a uid of their own) also RLIMIT_NPROC, which then counts
-    exactly the program's tasks (the host's among them)."""
+    """The rlimits a program host shares with its programs: address space, files, no cores,
+    no real-time or raised priority (a program at a higher priority than its host, on the
+    CPU they share, would starve it); with `own_uid` (programs run as a uid of their own)
+    also RLIMIT_NPROC, which then counts exactly the program's tasks (the host's among
+    them)."""
     _cap(resource.RLIMIT_CORE, 0)
+    _cap(resource.RLIMIT_RTPRIO, 0)
+    _cap(resource.RLIMIT_NICE, 0)
     if own_uid:
         _cap(resource.RLIMIT_NPROC, limits.max_tasks + 8)
     _cap(resource.RLIMIT_NOFILE, limits.open_files)

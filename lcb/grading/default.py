@@ -5,7 +5,8 @@
 through it (`stdin_mode.run_stdin` or `functional_mode.run_functional`), and returns plain
 data: `{"results": per-test dicts, "compile_error": text or None, "wall_s"}`. A host lost
 mid-program (the program, or anything else, killed or stopped it) has the zygote kill what is
-left of it; the tests it left without a verdict end in one `Verdict.INFRA` outcome.
+left of it; the tests it left without a verdict end in one `Verdict.INFRA` outcome (the pool
+grades the program again, and a host lost at the same test twice is the program's failure).
 `run_official` does the same around `official.judge_official`.
 `grade_from_run(...)`, in the pool's process, turns the answer into the `Grade`.
 """
@@ -18,14 +19,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lcb.grading.contain import Limits
 from lcb.grading.process import Case
-from lcb.grading.verdicts import Verdict, clip
+from lcb.grading.verdicts import Verdict, clip_feedback
 
 if TYPE_CHECKING:
     from lcb.grading.grades import Feedback, Grade, TestOutcome
-    from lcb.grading.judge import Host, Zygote
+    from lcb.grading.judge import HostHandle, Zygote
 
 
-class Job(NamedTuple):
+class GradingJob(NamedTuple):
     """One program to run on `tests`, as the judge holds it."""
 
     mode: str
@@ -37,7 +38,7 @@ class Job(NamedTuple):
     limits: Limits
 
 
-def job_from_request(request: dict) -> Job:
+def job_from_request(request: dict) -> GradingJob:
     """The request's fields, checked (a malformed request raises ValueError/TypeError/KeyError)."""
     mode = request["mode"]
     if mode not in ("stdin", "functional", "official"):
@@ -46,11 +47,11 @@ def job_from_request(request: dict) -> Job:
     timeout = float(request["timeout_s"])
     if not timeout > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout}")
-    return Job(mode, str(request["source"]), tests, request.get("fn_name"), timeout,
+    return GradingJob(mode, str(request["source"]), tests, request.get("fn_name"), timeout,
                bool(request["all_tests"]), Limits(**request["limits"]))
 
 
-def _with_host(zygote: Zygote, job: Job, use: Callable[[Host], dict]) -> dict:
+def _with_host(zygote: Zygote, job: GradingJob, use: Callable[[HostHandle], dict]) -> dict:
     host = zygote.open_host(source=job.source, mode=job.mode, fn_name=job.fn_name,
                             limits=job.limits)
     try:
@@ -71,7 +72,7 @@ def run_default(zygote: Zygote, request: dict) -> dict:
     job = job_from_request(request)
     started = time.monotonic()
 
-    def use(host: Host) -> dict:
+    def use(host: HostHandle) -> dict:
         if "compile_error" in host.hello:
             return {"results": [], "compile_error": str(host.hello["compile_error"])}
         run = run_stdin if job.mode == "stdin" else run_functional
@@ -132,6 +133,6 @@ def _feedback(tests: Sequence[Case], failure: dict | None) -> Feedback | None:
         return None
     test = tests[int(failure["i"])] if tests else Case("", "")
     return Feedback(test_index=int(failure["i"]), verdict=Verdict(failure["v"]),
-                    input=clip(test.input), expected=clip(test.output),
-                    actual=clip(str(failure.get("actual", ""))),
-                    error=clip(str(failure.get("error", ""))))
+                    input=clip_feedback(test.input), expected=clip_feedback(test.output),
+                    actual=clip_feedback(str(failure.get("actual", ""))),
+                    error=clip_feedback(str(failure.get("error", ""))))

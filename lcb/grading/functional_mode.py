@@ -26,15 +26,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from lcb.grading import values, wire
-from lcb.grading.judge import HOST_SLACK_S, Host, HostLost
+from lcb.grading.judge import HOST_SLACK_S, HostHandle, HostLost
 from lcb.grading.process import Exit, describe_exit, failure_verdict
-from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
+from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip_feedback
 
 if TYPE_CHECKING:
-    from lcb.grading.default import Job
+    from lcb.grading.default import GradingJob
 
 
-def run_functional(host: Host, job: Job) -> Iterator[dict]:
+def run_functional(host: HostHandle, job: GradingJob) -> Iterator[dict]:
     """One process for the tests; after a crash with `all_tests`, a fresh one goes on."""
     start = 0
     while start < len(job.tests):
@@ -60,7 +60,7 @@ def _safe_repr(value: object) -> str:
 class _Session:
     """The judge's side of one program process."""
 
-    def __init__(self, host: Host, job: Job):
+    def __init__(self, host: HostHandle, job: GradingJob):
         self.host, self.job = host, job
         self.sock: socket.socket | None = None
         self.ended = False  # the host's exit report has been taken
@@ -139,7 +139,7 @@ class _Session:
             self._end(grace_s=HOST_SLACK_S)
             verdict = Verdict.MEMORY_LIMIT if hello.kind == "memory" else Verdict.RUNTIME_ERROR
             return {"i": index, "v": verdict, "wall": time.monotonic() - t0, "cpu": 0.0,
-                    "actual": "", "error": clip(hello.text()), "load": True}
+                    "actual": "", "error": clip_feedback(hello.text()), "load": True}
         how = hello if isinstance(hello, str) else "garbage"
         return self._failed(index, how, t0)
 
@@ -162,7 +162,7 @@ class _Session:
                                       limits=self.job.limits, oom=report["oom"])
             error = tail or describe_exit(ended, oom=report["oom"])
         return {"i": index, "v": verdict, "wall": wall, "cpu": report["cpu"], "actual": "",
-                "error": clip(error), "exit": True}
+                "error": clip_feedback(error), "exit": True}
 
     def _judge(self, index: int, answer: _Answer | str, t0: float) -> dict:
         if isinstance(answer, str) or answer.index != index or answer.kind == "ready":
@@ -172,10 +172,10 @@ class _Session:
         if answer.kind == "value":
             result.update(self._compare(index, answer.payload))
         elif answer.kind == "nondata":
-            result.update(v=Verdict.WRONG_ANSWER, actual="", error=clip(answer.text()))
+            result.update(v=Verdict.WRONG_ANSWER, actual="", error=clip_feedback(answer.text()))
         else:
             verdict = Verdict.MEMORY_LIMIT if answer.kind == "memory" else Verdict.RUNTIME_ERROR
-            result.update(v=verdict, actual="", error=clip(answer.text()))
+            result.update(v=verdict, actual="", error=clip_feedback(answer.text()))
         return result
 
     def _compare(self, index: int, text: bytes) -> dict:
@@ -188,7 +188,7 @@ class _Session:
         try:
             expected = json.loads(self.job.tests[index].output)
         except (ValueError, RecursionError):
-            return {"v": Verdict.RUNTIME_ERROR, "actual": clip(_safe_repr(value)),
+            return {"v": Verdict.RUNTIME_ERROR, "actual": clip_feedback(_safe_repr(value)),
                     "error": "the expected output of this test is not JSON"}
         try:
             same = value == expected
@@ -196,7 +196,7 @@ class _Session:
             same = False
         if same:
             return {"v": Verdict.PASSED}
-        return {"v": Verdict.WRONG_ANSWER, "actual": clip(_safe_repr(value)), "error": ""}
+        return {"v": Verdict.WRONG_ANSWER, "actual": clip_feedback(_safe_repr(value)), "error": ""}
 
 
 class _Answer(NamedTuple):
@@ -227,6 +227,7 @@ class _Answer(NamedTuple):
 
 def _lost(index: int, t0: float, exc: Exception) -> dict:
     """A test whose process the host could not start or report on (the host is gone): not the
-    program's verdict but `Verdict.INFRA` (the pool grades the program again)."""
+    program's verdict but `Verdict.INFRA` (the pool grades the program again; lost at the same
+    test again, that test is the program's `runtime_error`)."""
     return {"i": index, "v": Verdict.INFRA, "wall": time.monotonic() - t0, "cpu": 0.0,
             "actual": "", "error": f"the program's host stopped answering: {exc}", "exit": True}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lcb.grading.verdicts import Verdict, clip
+from lcb.grading.verdicts import Verdict, clip_feedback
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Grade:
                       ) -> Grade:
         """The grade of a program that grading never judged: one `INFRA` outcome at test 0."""
         feedback = Feedback(test_index=0, verdict=Verdict.INFRA, input="", expected="",
-                            actual="", error=clip(error))
+                            actual="", error=clip_feedback(error))
         return cls(outcomes=(TestOutcome(0, Verdict.INFRA, 0.0, 0.0),), total=total, passed=0,
                    em=0, wall_s=wall_s, cpu_s=0.0, feedback=feedback, grader=grader)
 

@@ -9,9 +9,11 @@ new mount and IPC namespaces with a private tmpfs `/tmp` and `/dev/shm` (`mounts
 makes its working directory and its Landlock ruleset. Then, on `{"op": "load", mode, fn_name,
 limits}` with the program as a memfd, it compiles the program once (a syntax error is the whole
 answer), imports numpy when the program mentions it (as LiveCodeBench's grader has it imported
-before its guard), sets the rlimits, and confines itself for good (`confine`): the slot's
-memory limit set to this program's own cap (where the slot has a memory cgroup; its descriptor
-is closed then), the program's own uid (lcb as root: no capabilities), scrubbed environment,
+before its guard), sets the rlimits, and confines itself for good (`confine`): the program
+memory group's limit set to this program's own cap (where the slot has one; that descriptor
+is closed then; the host itself stays outside the group, each program process joins it right
+after its fork, so the OOM killer never picks the host), the program's own uid (lcb as root:
+no capabilities), scrubbed environment,
 Landlock (read-only system and interpreter, writable `/tmp` or its directory only, no TCP, no
 signal or ptrace outside), the seccomp filter (`lcb.grading.seccomp`, with the variant its
 zygote's layers call for). From then on the host runs as the program would; it can harm only
@@ -41,7 +43,6 @@ from typing import Any, NamedTuple, NoReturn
 from lcb.grading import child, landlock, mounts, privilege, seccomp, wire
 from lcb.grading.cgroups import open_oom_counter, read_oom_counter, set_memory_limit
 from lcb.grading.contain import (
-    MEMORY_HEADROOM,
     Limits,
     apply_shared_limits,
     become_subreaper,
@@ -51,15 +52,8 @@ from lcb.grading.contain import (
     prepare_sandbox,
 )
 from lcb.grading.prelude import compile_after_prelude
-from lcb.grading.process import (
-    StderrTail,
-    finish,
-    make_workdir,
-    reset_workdir,
-    spawn,
-    temp_root,
-    watch,
-)
+from lcb.grading.process import StderrTail, finish, program_entry, spawn, watch
+from lcb.grading.workdirs import make_workdir, reset_workdir, temp_root
 
 _MAX_ERROR = 2000
 _LIMIT_SETTLE_S = 5.0  # for the last program's tmpfs and IPC pages to be freed (the kernel
@@ -73,17 +67,21 @@ class Identity(NamedTuple):
     private_tmp: bool           # per-program tmpfs /tmp and /dev/shm (mount namespaces)
     landlock: bool
     read_roots: tuple[str, ...]  # what programs may read (see zygote.read_roots)
-    memory_group: str | None    # the cgroup-v1 memory group, to tell OOM kills apart
+    memory_group: str | None    # the programs' cgroup-v1 memory group, to tell OOM kills apart
     seccomp: bool = False       # lcb.grading.seccomp's filter
     cpu: int | None = None      # the slot's CPU: a loaded host and its programs run there
     list_roots: tuple[str, ...] = ()  # directories programs may list, not read (lcb's in them)
     hidden: tuple[str, ...] = ()      # lcb's own paths inside those (covered in mount views)
     netns: bool = False         # the slot's own network namespace: sockets reach no one
-    memory_limit: int | None = None   # the slot's memory.limit_in_bytes, set per program
+    memory_limit: int | None = None   # the program group's memory.limit_in_bytes (per program)
+    memory_tasks: int | None = None   # and its tasks file (each program process joins)
     memory_bounded: bool = False      # a memory cgroup enforces each program's own cap
 
 
-class Host(NamedTuple):
+class ProgramHost(NamedTuple):
+    """What a host process holds for its one program (the judge's end is
+    `lcb.grading.judge.HostHandle`)."""
+
     mode: str
     source: str
     fn_name: str | None
@@ -93,7 +91,7 @@ class Host(NamedTuple):
     identity: Identity
     script: Callable[[], NoReturn] | None
     oom_seen: list[int]         # [oom kills counted so far, the counter's fd] (or empty)
-    scope: Callable[[], int] | None = None  # landlock.scope_only(): each program process's
+    scope: Callable[[], int] | None = None  # process.program_entry(): each program process's
 
 
 def serve(ctl_fd: int, identity: Identity) -> NoReturn:
@@ -167,7 +165,7 @@ def compile_program(source: str) -> Any:
 
 
 def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
-          identity: Identity) -> tuple[Host, dict]:
+          identity: Identity) -> tuple[ProgramHost, dict]:
     mode, fn_name = request["mode"], request.get("fn_name")
     limits = Limits(**request["limits"])
     source = _read_source(source_fd)
@@ -181,7 +179,8 @@ def _load(request: dict, source_fd: int, workdir: str, ruleset: int | None,
     if identity.cpu is not None:  # the spare was prepared anywhere; the program runs here
         os.sched_setaffinity(0, {identity.cpu})
     confine(limits, workdir, identity, ruleset=ruleset)
-    scope = landlock.scope_only() if identity.landlock else None
+    scope = program_entry(memory_tasks=identity.memory_tasks,
+                          scope=landlock.scope_only() if identity.landlock else None)
     host = _host(mode, source, fn_name, code, limits, workdir, identity, oom)._replace(
         scope=scope)
     gc.freeze()  # forked programs then never touch these objects when they collect garbage
@@ -196,14 +195,15 @@ def _oom_counter(identity: Identity) -> list[int]:
 
 
 def _host(mode: str, source: str, fn_name: str | None, code: Any, limits: Limits,
-          workdir: str, identity: Identity, oom: list[int]) -> Host:
+          workdir: str, identity: Identity, oom: list[int]) -> ProgramHost:
     script = None
     if mode == "stdin" and code is not None:
         main = child.prelude_module("__main__")
         child.prepare_script(main)  # once here, not in every test's process
         script = functools.partial(child.run_as_script, code, main=main, prepared=True,
-                                   find_files=child.may_leave_files(code))
-    return Host(mode, source, fn_name, code, limits, workdir, identity, script, oom)
+                                   find_files=child.may_leave_files(code),
+                                   teardown=child.may_tear_down(code))
+    return ProgramHost(mode, source, fn_name, code, limits, workdir, identity, script, oom)
 
 
 def _import_quietly(name: str) -> None:
@@ -215,11 +215,11 @@ def _import_quietly(name: str) -> None:
 
 def confine(limits: Limits, workdir: str, identity: Identity, *,
             ruleset: int | None = None) -> None:
-    """Become the program's side for good (see module docstring). Where the slot's memory
-    limit is at hand, it becomes this program's cap plus `MEMORY_HEADROOM` first (and the
-    descriptor is closed: the program must not reach it)."""
+    """Become the program's side for good (see module docstring). Where the program memory
+    group's limit is at hand, it becomes this program's cap first, exactly (and the descriptor
+    is closed: the program must not reach it)."""
     if identity.memory_limit is not None:
-        limit = limits.memory_bytes + MEMORY_HEADROOM if limits.memory_bytes else -1
+        limit = limits.memory_bytes or -1
         try:
             set_memory_limit(identity.memory_limit, limit, settle_s=_LIMIT_SETTLE_S)
         finally:
@@ -227,7 +227,7 @@ def confine(limits: Limits, workdir: str, identity: Identity, *,
     if ruleset is None:
         ruleset = _ruleset(workdir, identity)
     apply_shared_limits(limits, own_uid=identity.uid is not None)
-    privilege.set_oom_score_adj(1000)  # the program's side goes first when memory runs out
+    privilege.set_oom_score_adj(1000)  # the program's side first in an OOM outside its group
     if identity.uid is not None:
         privilege.drop_to(identity.uid)
     prepare_sandbox(workdir)  # as the program's uid: the directory is its own
@@ -240,7 +240,7 @@ def confine(limits: Limits, workdir: str, identity: Identity, *,
     privilege.make_undumpable()
 
 
-def _serve_ops(host: Host, ctl: socket.socket) -> None:
+def _serve_ops(host: ProgramHost, ctl: socket.socket) -> None:
     from lcb.grading.host_stdin import StdinRun  # loaded by the zygote (a cycle at import time)
 
     stdin = StdinRun(host, ctl)
@@ -271,18 +271,18 @@ def _cached_rlimits(limits: Limits, cpu_s: float) -> tuple:
     return own_rlimits(limits, cpu_s=cpu_s)
 
 
-def rlimits(host: Host, cpu_s: float) -> tuple:
+def rlimits(host: ProgramHost, cpu_s: float) -> tuple:
     return _cached_rlimits(host.limits, cpu_s)
 
 
-def _functional(host: Host, message: dict, fds: list[int], ctl: socket.socket) -> dict:
+def _functional(host: ProgramHost, message: dict, fds: list[int], ctl: socket.socket) -> dict:
     [chan] = fds
     body = functools.partial(child.run_functional, host.code, source=host.source,
                              fn_name=host.fn_name, chan=chan)
     return _run_child(host, message, body, keep=(chan,), close=(chan,), ctl=ctl)
 
 
-def _official(host: Host, message: dict, fds: list[int], ctl: socket.socket) -> dict:
+def _official(host: ProgramHost, message: dict, fds: list[int], ctl: socket.socket) -> dict:
     from lcb.grading import official_child  # loaded by the zygote before forking this host
 
     tests_fd, chan = fds
@@ -293,7 +293,7 @@ def _official(host: Host, message: dict, fds: list[int], ctl: socket.socket) -> 
                       ctl=ctl)
 
 
-def _run_child(host: Host, message: dict, body: Callable[[], NoReturn], *,
+def _run_child(host: ProgramHost, message: dict, body: Callable[[], NoReturn], *,
                keep: tuple[int, ...], close: tuple[int, ...], ctl: socket.socket) -> dict:
     """One long-lived program process the judge talks to directly; ends on its own or on
     the judge's `kill` (and at `wall_s` at the latest)."""
@@ -310,7 +310,7 @@ def _run_child(host: Host, message: dict, body: Callable[[], NoReturn], *,
                       stderr=StderrTail(err_r), ctl=ctl, on_control=kill)
 
 
-def run_to_end(host: Host, pid: int, started: float, *, deadline: float, stderr: StderrTail,
+def run_to_end(host: ProgramHost, pid: int, started: float, *, deadline: float, stderr: StderrTail,
                ctl: socket.socket | None = None, control_from: float = 0.0,
                on_control: Callable[[dict, list[int]], bool] | None = None,
                wake: tuple[float, Callable[[], None]] | None = None) -> dict:
@@ -343,7 +343,7 @@ def run_to_end(host: Host, pid: int, started: float, *, deadline: float, stderr:
             "oom": _oom_killed(host, ended.status)}
 
 
-def _oom_killed(host: Host, status: int) -> bool:
+def _oom_killed(host: ProgramHost, status: int) -> bool:
     """True when the memory cgroup killed the program since the last check."""
     if not host.oom_seen or not os.WIFSIGNALED(status) or os.WTERMSIG(status) != signal.SIGKILL:
         return False

@@ -24,7 +24,7 @@ import time
 from collections import deque
 
 from lcb.grading import wire
-from lcb.grading.host import Host, rlimits, run_to_end
+from lcb.grading.host import ProgramHost, rlimits, run_to_end
 from lcb.grading.process import StderrTail, reset_workdir, spawn
 
 BATCH_S = 0.05
@@ -35,7 +35,7 @@ _PACKET_ROOM = wire.PACKET_BYTES - 4096
 class StdinRun:
     """The host's queue of stdin tests and its outbox of reports."""
 
-    def __init__(self, host: Host, ctl: socket.socket):
+    def __init__(self, host: ProgramHost, ctl: socket.socket):
         self.host, self.ctl = host, ctl
         self.queue: deque[tuple[int, int, int]] = deque()  # (index, input fd, stdout fd)
         self.timeout, self.fail_fast = 6.0, True

@@ -12,10 +12,11 @@ Protocol with the pool, on stdin/stdout: length-prefixed JSON frames (`lcb.gradi
 - Then per request `{"id", "kind": "default"|"official", ...}` (see `GradingPool`): one answer
   `{"id", "ok": true, "run": ...}` or `{"id", "ok": false, "error": traceback}`. EOF ends it.
 
-`Zygote` and `Host` are the judge's handles on those two processes. A host runs as the program
+`Zygote` and `HostHandle` are the judge's handles on those two processes. A host runs as the program
 does (the program cannot signal it where Landlock scopes signals; see `lcb.grading.landlock`),
 and may be lost: a host that stops answering (`HostLost`) fails that
-program's grading (its verdict is `infra`, and the pool grades it again on a fresh slot), never
+program's grading (its verdict is `infra`, and the pool grades it again on a fresh slot, where
+a host lost at the same test again makes that test the program's `runtime_error`), never
 another program, and the zygote kills what is left of it.
 """
 
@@ -65,8 +66,9 @@ def check_report(message: dict) -> dict:
     return report
 
 
-class Host:
-    """The judge's end of one program host's control socket."""
+class HostHandle:
+    """The judge's end of one program host's control socket (the host's own state is
+    `lcb.grading.host.ProgramHost`)."""
 
     def __init__(self, sock: socket.socket, hello: dict):
         self.sock, self.hello, self.lost = sock, hello, False
@@ -153,14 +155,14 @@ class Zygote:
         return answer, got
 
     def open_host(self, *, source: str, mode: str, fn_name: str | None,
-                  limits: Limits) -> Host:
+                  limits: Limits) -> HostHandle:
         """Take the zygote's spare host and load the program into it; the host's hello says
         ready, compile_error or setup_error."""
         _, fds = self._call({"op": "host", "mode": mode}, max_fds=1)
         if len(fds) != 1:
             wire.close_all(fds)
             raise ZygoteLost("the zygote handed out no host")
-        host = Host(socket.socket(fileno=fds[0]), {})
+        host = HostHandle(socket.socket(fileno=fds[0]), {})
         program = memfd("program", source.encode("utf-8", "surrogatepass"))
         try:
             host.send({"op": "load", "mode": mode, "fn_name": fn_name,

@@ -11,7 +11,11 @@ them to their uid, mount their private /tmp, kill them). As root no user namespa
 real uid switch needs the host's uids.
 `start(argv, jail=…)` starts it in its own session, inside the given cgroups when there are some,
 with the given OOM score (both set by a tiny `sh` before exec, so no `preexec_fn` runs in a
-threaded parent).
+threaded parent). Both are best effort: lowering the score below what the process inherits
+takes CAP_SYS_RESOURCE, which a container often lacks (Docker's default set does not have it:
+the zygote then keeps the score it inherits, usually 0, and says so in its
+`isolation["oom_score_adj"]`); what keeps a slot's OOM kills among the program's processes is
+the program's own memory group (`lcb.grading.cgroups`), not the score.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from typing import Any
 
 from lcb.grading.cgroups import Jail
 from lcb.grading.contain import SAFE_PATH
+from lcb.registry import SANDBOXES
 
-SANDBOXES = ("process", "bwrap")
 ROOT = str(Path(__file__).resolve().parents[2])
 BWRAP_FLAGS = (
     "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",

@@ -13,9 +13,13 @@ Contract:
   (a `MemoryError` -> memory limit; a program that does not compile -> compile error), and a
   process that returns nothing (LiveCodeBench's -1 for every test) -> a whole-program failure
   at test 0; a host lost before it reported on that process -> `Verdict.INFRA` (grading
-  failed, not the program).
+  failed, not the program; lost again on the pool's second try, it is the program's runtime
+  error at test 0, see `lcb.grading.pool`).
 - `all_tests=True` restarts `run_test` after each failure on the remaining tests (a fresh
   `Solution()` per restart), so every test gets a verdict.
+- Importing LiveCodeBench's code (`require_official`) leaves the importing process's
+  int-to-str digit limit as it was; the official process grades with the one the import set
+  (50000), as LiveCodeBench's own grading processes do.
 
 What lcb adds around it (the official call has none of these): the program's process is forked
 from a clean zygote by its program host, with the same uid, Landlock, namespaces, rlimits and
@@ -56,12 +60,12 @@ from lcb.grading.official_child import (
     require_official,
 )
 from lcb.grading.process import memfd
-from lcb.grading.verdicts import Verdict, clip
+from lcb.grading.verdicts import Verdict, clip_feedback
 
 if TYPE_CHECKING:
     from lcb.data.problems import Problem, Test
     from lcb.grading.grades import Feedback, Grade
-    from lcb.grading.judge import Host
+    from lcb.grading.judge import HostHandle
 
 __all__ = ["INSTALL_HINT", "ChildRun", "OfficialGraderMissing", "Segment", "grade_official",
            "judge_official", "official_tests", "require_official", "to_grade"]
@@ -93,7 +97,7 @@ def hard_limit_s(timeout_s: int, n_tests: int) -> float:
 # --- the judge's side -------------------------------------------------------------------------
 
 
-def judge_official(host: Host, tests: Sequence[Any], fn_name: str | None, *, timeout_s: int,
+def judge_official(host: HostHandle, tests: Sequence[Any], fn_name: str | None, *, timeout_s: int,
                    all_tests: bool) -> dict:
     """Run the official program process on `host`, watch it, return the raw run as data."""
     started = time.monotonic()
@@ -274,5 +278,6 @@ def _compiles(code: str) -> bool:
 def _feedback(test: Test, index: int, verdict: Verdict, *, actual: str, error: str) -> Feedback:
     from lcb.grading.grades import Feedback
 
-    return Feedback(test_index=index, verdict=verdict, input=clip(test.input),
-                    expected=clip(test.output), actual=clip(actual), error=clip(error))
+    return Feedback(test_index=index, verdict=verdict, input=clip_feedback(test.input),
+                    expected=clip_feedback(test.output), actual=clip_feedback(actual),
+                    error=clip_feedback(error))

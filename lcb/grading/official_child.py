@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, NoReturn
@@ -34,12 +35,27 @@ class OfficialGraderMissing(RuntimeError):
     """LiveCodeBench's grading package (or numpy, which it imports) is not installed."""
 
 
+# The int-to-str digit limit LiveCodeBench's import set (its metrics module calls
+# `sys.set_int_max_str_digits(50000)` at import): its grading processes inherit it.
+_official_digits: dict[str, int] = {}
+
+
 def require_official() -> ModuleType:
-    """Import LiveCodeBench's `testing_util`, or raise `OfficialGraderMissing` saying how to."""
+    """Import LiveCodeBench's `testing_util`, or raise `OfficialGraderMissing` saying how to.
+
+    The import would raise the int-to-str digit limit for the whole process; the process's own
+    limit is put back at once (lcb's readers refuse longer integers, and a default-graded
+    program gets Python's limit, as under `python prog.py`). The limit the import set is kept
+    for `run_segments`, which grades with it, as LiveCodeBench's processes do."""
+    limit = sys.get_int_max_str_digits()
     try:
         from livecodebench.evaluation import testing_util
     except ImportError as exc:
         raise OfficialGraderMissing(f"{INSTALL_HINT} ({exc})") from None
+    finally:
+        if sys.get_int_max_str_digits() != limit:
+            _official_digits["digits"] = sys.get_int_max_str_digits()
+            sys.set_int_max_str_digits(limit)
     return testing_util
 
 
@@ -65,7 +81,8 @@ def _jsonable(metadata: object) -> dict:
 
 
 def run_segments(code: str, tests: dict, *, timeout_s: int, all_tests: bool) -> list[list]:
-    """Call `run_test` in THIS process (a disposable one: it disables os functions).
+    """Call `run_test` in THIS process (a disposable one: it disables os functions), with the
+    int-to-str digit limit LiveCodeBench's import set (see `require_official`).
 
     `tests` is LiveCodeBench's `input_output` dict. With `all_tests`, run again on the tests
     after each failure until all have a verdict.
@@ -75,6 +92,8 @@ def run_segments(code: str, tests: dict, *, timeout_s: int, all_tests: bool) -> 
     import subprocess
 
     testing_util = require_official()
+    if "digits" in _official_digits:  # this process is LiveCodeBench's: its limit applies
+        sys.set_int_max_str_digits(_official_digits["digits"])
     saved = [(vars(m), dict(vars(m))) for m in (os, shutil, subprocess, builtins)]
     n_tests, start, segments = len(tests["inputs"]), 0, []
     while start < n_tests:

@@ -11,11 +11,15 @@ Contract:
   checked against its schema before a `Grade` is built from it here.
 - Infrastructure failures are not verdicts. A program whose grading failed (its slot died,
   raised, answered late, out of step or malformed; a replacement slot would not start; or its
-  grade came back with `Verdict.INFRA`: the program's host, or the judge's zygote, was lost)
-  is graded once more on a fresh slot (the failed one is discarded). If that fails too, the
-  result is `Grade.infra_failure(...)` (verdict `infra`, em 0, the feedback naming both
-  failures), never an exception, so a batch goes on. (A program cannot signal its own host
-  where Landlock scopes signals: `lcb.grading.landlock.scope_only`.)
+  grade came back with `Verdict.INFRA`: the program's host was lost) is graded once more on
+  a fresh slot (the failed one is discarded). If that fails too, the result is
+  `Grade.infra_failure(...)` (verdict `infra`, em 0, the feedback naming both failures),
+  never an exception, so a batch goes on; except when both tries lost the program's host at
+  the same test: a fresh slot cannot fail there by chance, the program did it (its host runs
+  as its uid, is its side of the boundary), so that test is the program's `runtime_error`.
+  (A program cannot signal its own host where Landlock scopes signals, nor change its limits
+  or scheduling, nor make the OOM killer pick it: `lcb.grading.landlock.scope_only`,
+  `lcb.grading.seccomp`, `lcb.grading.host`.)
 - Bad arguments raise `ValueError`/`TypeError` at once; a tier that cannot run here raises
   `SandboxUnavailable` (no slot of the pool has ever started: nothing was graded); a closed
   pool raises `GradingError`. A call interrupted mid-way (e.g. by KeyboardInterrupt) discards
@@ -34,13 +38,14 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from lcb.data.problems import Mode, Problem, Test
 from lcb.grading import launch
 from lcb.grading.contain import Limits
 from lcb.grading.default import grade_from_run
-from lcb.grading.grades import Grade
+from lcb.grading.grades import Feedback, Grade
 from lcb.grading.privilege import make_undumpable
 from lcb.grading.slot import (
     JudgeRaised,
@@ -50,10 +55,10 @@ from lcb.grading.slot import (
     check_default_run,
     check_official_run,
 )
-from lcb.grading.verdicts import Verdict
+from lcb.grading.verdicts import Verdict, clip_feedback
+from lcb.registry import GRADERS
 
 TIMEOUT_S = 6.0
-GRADERS = ("default", "official")
 
 
 class GradingError(RuntimeError):
@@ -122,6 +127,31 @@ def _why(failure: Grade | str) -> str:
     return "the program's host was lost mid-run"
 
 
+def _lost_at(failure: Grade | str) -> int | None:
+    """The test at which a try lost the program's host (an `INFRA` outcome: the judge, its
+    zygote and the slot fail as text), or None."""
+    if isinstance(failure, str):
+        return None
+    return next((o.index for o in failure.outcomes if o.verdict is Verdict.INFRA), None)
+
+
+def _lost_twice(grade: Grade, tests: list, *, why: tuple[str, str]) -> Grade:
+    """`grade` (the second try's) with its lost test made the program's `runtime_error`."""
+    index = _lost_at(grade)
+    outcomes = tuple(replace(o, verdict=Verdict.RUNTIME_ERROR) if o.index == index else o
+                     for o in grade.outcomes)
+    feedback = grade.feedback
+    if feedback is None or feedback.verdict is Verdict.INFRA:
+        test_input, expected = tests[index] if index < len(tests) else ("", "")
+        feedback = Feedback(
+            test_index=index, verdict=Verdict.RUNTIME_ERROR, input=clip_feedback(test_input),
+            expected=clip_feedback(expected), actual="",
+            error=clip_feedback(f"the program's host was lost at test {index} on two slots "
+                                f"(so the program did it): first: {why[0]}; then: {why[1]}"))
+    return Grade.from_outcomes(outcomes, total=grade.total, feedback=feedback,
+                               grader=grade.grader, wall_s=grade.wall_s)
+
+
 class GradingPool:
     """Pre-started grading slots (<= cores). Use as a context manager or call `close()`."""
 
@@ -154,15 +184,18 @@ class GradingPool:
         program whose grading fails twice gets `Grade.infra_failure` (module docstring)."""
         request, budget, finish = build_request(
             problem, code, all_tests=all_tests, grader=grader, tests=tests, timeout_s=timeout_s)
-        failures = []
+        failures: list[Grade | str] = []
         for _ in range(2):  # the first try, then one more on a fresh slot
             outcome = self._attempt(request, budget, finish)
             if isinstance(outcome, Grade) and not outcome.infra:
                 return outcome
-            failures.append(_why(outcome))
+            failures.append(outcome)
+        first, then = failures
+        if _lost_at(first) is not None and _lost_at(first) == _lost_at(then):
+            return _lost_twice(then, request["tests"], why=(_why(first), _why(then)))
         return Grade.infra_failure(
             f"grading {problem.id!r} failed twice, the second time on a fresh slot: "
-            f"first: {failures[0]}; then: {failures[1]}",
+            f"first: {_why(first)}; then: {_why(then)}",
             total=len(request["tests"]), grader=grader)
 
     def _attempt(self, request: dict, budget: float, finish: Callable[[Any], Grade]

@@ -10,8 +10,9 @@
   saved uid and gid `uid`. With every uid non-zero the kernel clears all capabilities.
 - `no_new_privs()`: setuid binaries and file capabilities grant nothing after it (and Landlock
   requires it).
-- `set_oom_score_adj(n)`: lcb's processes protect themselves (-1000, inherited) and a program's
-  process marks itself as the one to kill (1000) when its memory cgroup runs out.
+- `set_oom_score_adj(n)`: a program's host marks itself and the processes it forks as the ones
+  to kill first in an OOM outside the program's own memory group (1000). (lcb's processes ask
+  for -1000 when they start, `launch.start`; that takes CAP_SYS_RESOURCE.)
 - `can_switch_uid()`: root with CAP_SETUID and CAP_SETGID (so programs can run as another uid).
 
 Stdlib only (ctypes for prctl).

@@ -1,8 +1,8 @@
 """Process primitives of a program host: forking a contained program, watching it, its files.
 
-- `spawn(body, …)` forks a program process: own session, fds 0/1/2 as given, no other
-  descriptors (but `keep`), its own CPU and file-size limits, then runs `body` (which ends the
-  process).
+- `spawn(body, …)` forks a program process: its entry first (`program_entry`: the program's
+  memory group, its Landlock domain), own session, fds 0/1/2 as given, no other descriptors
+  (but `keep`), its own CPU and file-size limits, then runs `body` (which ends the process).
 - `watch(pid, …)` waits on a pidfd until the process exits, a deadline passes, a control
   descriptor becomes readable or the caller's wake-up time comes, meanwhile draining the
   program's stderr pipe (`StderrTail` keeps its last bytes and counts the rest: stderr is
@@ -10,14 +10,13 @@
 - `finish(pid, …)` kills the process group when asked, reaps, then kills every other
   descendant (the host is a child subreaper) and drains what is left of stderr.
 - `failure_verdict(…)` classifies an unclean end: time, output, memory limit or runtime error.
-- Working directories: `make_workdir`, `reset_workdir` (emptied in place, so a Landlock rule on
-  it keeps holding), `remove_tree`, `sweep_stale_workdirs`.
+- Working directories live in `lcb.grading.workdirs` (re-exported here).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import re
 import select
 import signal
 import sys
@@ -29,6 +28,13 @@ from typing import NamedTuple, NoReturn
 from lcb.grading.contain import Limits, enter_child, kill_descendants
 from lcb.grading.privilege import set_dumpable
 from lcb.grading.verdicts import Verdict
+from lcb.grading.workdirs import (  # noqa: F401 - re-exported for the host and claims
+    make_workdir,
+    remove_tree,
+    reset_workdir,
+    sweep_stale_workdirs,
+    temp_root,
+)
 
 STDERR_TAIL_BYTES = 8192
 
@@ -104,11 +110,33 @@ class StderrTail:
         return bytes(self.tail[-self.keep:]).decode("utf-8", "replace")
 
 
+def program_entry(*, memory_tasks: int | None, scope: Callable[[], int] | None
+                  ) -> Callable[[], int] | None:
+    """What a program process does first, right after its fork (`spawn`'s `scope`): join the
+    program's memory group (`memory_tasks`, a descriptor on its `tasks` file that the host
+    keeps; `enter_child` then closes it) and enter its Landlock domain (`scope`, see
+    `landlock.scope_only`). The call returns a negative number on failure; None: nothing to
+    do."""
+    if memory_tasks is None:
+        return scope
+    write = functools.partial(os.write, memory_tasks, b"0")  # cgroups.join, bound here: in
+    # the forked process every lookup and Python frame costs copy-on-write faults
+
+    def enter() -> int:
+        try:
+            write()
+        except OSError:
+            return -1
+        return 0 if scope is None else scope()
+
+    return enter
+
+
 def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
           rlimits: tuple[tuple[int, tuple[int, int]], ...], keep: tuple[int, ...] = (),
           scope: Callable[[], int] | None = None) -> int:
     """Fork a program process running `body` under `rlimits` (from `contain.own_rlimits`,
-    computed once by the caller).
+    computed once by the caller), after `scope` (see `program_entry`).
 
     The child reuses this process's `sys.std*` objects on its new fds 0/1/2, so they are
     flushed here first: nothing buffered may leak into a program's output. What the child does
@@ -119,9 +147,11 @@ def spawn(body: Callable[[], NoReturn], *, fds: tuple[int, int, int],
     pid = os.fork()
     if pid == 0:
         try:
-            # A Landlock domain nested in the host's: no signal to it (see landlock.scope_only).
+            # Its memory group (the OOM killer's choice stays among the program's processes),
+            # a Landlock domain nested in the host's (no signal to it): see program_entry.
             if scope is not None and scope() < 0:
-                os.write(fds[2], b"lcb: the program's process could not enter its domain\n")
+                os.write(fds[2], b"lcb: the program's process could not enter its memory "
+                                 b"group or Landlock domain\n")
                 os._exit(71)
             enter_child(fds=fds, keep=keep)
             for which, pair in rlimits:
@@ -180,71 +210,6 @@ def kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def temp_root() -> str:
-    """The temp directory, as `tempfile.gettempdir()` picks it (without importing tempfile)."""
-    for name in ("TMPDIR", "TEMP", "TMP"):
-        path = os.environ.get(name)
-        if path and os.path.isdir(path):
-            return path
-    return "/tmp"
-
-
-def make_workdir(prefix: str = "lcb-prog-") -> str:
-    """A new private directory under the temp dir (cheaper than `tempfile.mkdtemp` in a fork)."""
-    path = os.path.join(temp_root(), f"{prefix}{os.getpid()}-{os.urandom(6).hex()}")
-    os.mkdir(path, 0o700)
-    return path
-
-
-def remove_tree(path: str) -> None:
-    """Remove `path` and whatever is in it; ignore errors. (`shutil`, which pulls in bz2 and
-    lzma, is imported only when the directory is not already empty.)"""
-    try:
-        os.rmdir(path)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
-
-
-_WORKDIR_NAME = re.compile(r"lcb-(?:prog|exec)-(\d+)-[0-9a-f]{12}")
-
-
-def sweep_stale_workdirs() -> None:
-    """Remove working directories whose creator died before cleaning up (it was killed)."""
-    root = temp_root()
-    for name in os.listdir(root):
-        match = _WORKDIR_NAME.fullmatch(name)
-        if match and not os.path.exists(f"/proc/{match[1]}"):
-            remove_tree(os.path.join(root, name))
-
-
-def reset_workdir(workdir: str) -> None:
-    """Empty `workdir` (our cwd) in place: a program may fill it, or chmod what it made."""
-    try:
-        names = os.listdir(workdir)
-    except OSError:
-        names = None
-    if names == []:
-        return
-    if names is None:  # removed or made unreadable by the program: start it again
-        remove_tree(workdir)
-        os.makedirs(workdir, 0o700, exist_ok=True)
-    else:
-        for name in names:
-            path = os.path.join(workdir, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                remove_tree(path)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-    os.chdir(workdir)
 
 
 def failure_verdict(ended: Exit, *, stdout_size: int, stderr_tail: str, limits: Limits,

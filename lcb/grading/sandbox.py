@@ -24,14 +24,25 @@ Always (both tiers, any uid):
   connect to an abstract socket of any process outside its domain (ABI >= 6).
 - seccomp (x86-64, aarch64; `lcb.grading.seccomp`): no kernel keyrings (a key would outlive its
   program and reach later ones), no new user namespaces, no io_uring, userfaultfd,
-  perf_event_open or bpf, no vsock, no other syscall ABI; where a layer below is missing, it
-  stands in: no `socket()` without the slot's network namespace (`socketpair` stays), no
-  memfd without a memory cgroup that enforces the cap, no System V IPC or POSIX message
-  queues without a private IPC namespace.
+  perf_event_open or bpf, no vsock, no other syscall ABI; no change to another process's
+  limits or scheduling (`prlimit`, `setpriority`, `sched_set*`, `ioprio_set` on any pid but
+  the caller's own, `sched_setaffinity` at all): its host runs as its uid, and could
+  otherwise be starved of descriptors or CPU, turning the program's failure into `infra`, and
+  a program could leave its slot's CPU for its neighbour's; no exact page-cache probe or
+  eviction (`mincore`, `cachestat`, `posix_fadvise`, RWF_NOWAIT reads, MADV_PAGEOUT/COLD,
+  Linux AIO). Where a layer below is missing, it stands in: no `socket()` without the slot's
+  network namespace (`socketpair` stays), no memfd without a memory cgroup that enforces the
+  cap, no System V IPC or POSIX message queues without a private IPC namespace.
 - No socket a program opens reaches another program or lcb, UDP and unix sockets included:
   as root each slot and each python_exec run has a network namespace of its own (its loopback
-  is down; programs of a slot run one after another), otherwise `socket()` is refused. So
-  programs graded side by side cannot pool what they learn of their verdicts.
+  is down; programs of a slot run one after another), otherwise `socket()` is refused. No
+  message channel is open between programs; what the kernel shares stays (see below).
+- A program cannot make its host fail in its place: it cannot signal it (Landlock scoping,
+  ABI 6), change its limits or scheduling (seccomp), make the OOM killer choose it (the
+  program's processes have a memory group of their own, below), or leave its working
+  directory in a state the host cannot reset (`lcb.grading.workdirs`). Should it find another
+  way, a host lost at the same test on two slots is the program's `runtime_error`
+  (`lcb.grading.pool`), so its failure never becomes `infra`.
 - Resources: rlimits (address space `LCB_FUNCTIONAL_MEMORY_BYTES` / `LCB_SANDBOX_MEMORY_BYTES`,
   CPU seconds, 16 MiB per file and captured stdout, 256 files, no core dumps; without a
   memory cgroup, memfds are refused, as their pages escape the address-space cap), a wall-clock
@@ -48,10 +59,13 @@ As root (lcb's usual case in containers and on cluster nodes), also:
 - a network namespace per slot (and per python_exec run), loopback down (see above);
 - where cgroup v1 is mounted: per slot a pids group (pids.max), a memory group, and a cpu group
   of equal weight, so one program cannot starve another graded beside it into a time limit.
-  Each program's host sets the memory group's limit to that program's own cap plus
-  `MEMORY_HEADROOM` (96 MiB, shared with the zygote's and the host's own pages) when it is
+  The program's own processes join a memory group nested in the slot's right after their
+  fork; its host sets that group's limit to the program's own cap, exactly, when it is
   loaded, so everything a program holds (its memory, memfd, tmpfs and shared-memory pages)
-  counts against its own mode's cap; beyond it the program is killed (`memory_limit`).
+  counts against its own mode's cap; beyond it one of the program's processes is killed
+  (`memory_limit`), never its host or the zygote, which stay outside that group (the slot's
+  group has `MEMORY_HEADROOM`, 96 MiB, above the larger cap for them). A python_exec run's
+  snippet shares its helper's memory group: its cap plus the headroom.
 
 `sandbox="bwrap"` adds bubblewrap around judges, zygotes and python_exec: no network at all (UDP
 too), a read-only root, its own PID, IPC and UTS namespaces, `--cap-drop ALL` (a zygote keeps
@@ -69,9 +83,26 @@ What does NOT hold:
   `/dev/shm` and System V segments (256, 64 and 64 MiB) hold pages beyond its cap.
 - Without Landlock signal scoping (ABI < 6, before Linux 6.12) a program can signal and stop
   its own host (the host is its side; with scoping each program process sits in a Landlock
-  domain nested in its host's and the signal is refused): that fails its own grade only, as
-  `infra` (lcb cannot tell who killed or stopped a host, so it grades the program again on a
-  fresh slot, then records that grading failed: never a time limit).
+  domain nested in its host's and the signal is refused): that fails its own grade only (lcb
+  cannot tell who killed or stopped a host, so it grades the program again on a fresh slot;
+  lost again at the same test, it is the program's `runtime_error`, never a time limit).
+- Timing and other side channels through state the kernel shares stay open between programs
+  graded at the same time or one after another on a machine: the page cache (how long a read
+  takes, the major page faults a process counts), global counters (`/proc/meminfo`,
+  `/proc/stat`, ...), CPU and memory contention. A program learns
+  its verdicts (in functional mode the order of tests says whether its previous answer
+  passed: the next test comes only after a pass, as in LiveCodeBench), so samples of one
+  problem graded together or in turn can still pool what they learn through these. The
+  exact probes are refused (seccomp, above), but timing is enough: a timed one-byte read
+  tells a cached page (about 1 us) from one read from disk (about 60 us), and samples that
+  only read a system file pooled six unguessable answers as fast as with the refused calls.
+  Only separate machines (or VMs) keep samples apart.
+- lcb's processes ask for an OOM score of -1000, which takes CAP_SYS_RESOURCE: in a
+  container without it (Docker's default capabilities) they keep the score they inherit
+  (usually 0; the zygote reports its own as `isolation["oom_score_adj"]`), still below the
+  program's side (1000): a machine-wide OOM kills a program's side first, though lcb's
+  processes are no longer exempt. Within a slot this does not matter: the program's memory
+  group decides.
 - Programs of one slot run one after another as the slot's uid; what one leaves is killed
   before the next starts, and a slot whose leftovers survive the kill is replaced.
 - Without Landlock (old kernels, LSM disabled) programs can read any file their uid can read,
@@ -212,17 +243,8 @@ def serve_one(uid: int | None = None, memory_bounded: bool = False) -> None:
     """Entry of the fresh helper process: run one request from stdin, answer JSON on stdout
     (`memory_bounded`: the helper's own memory cgroup holds the snippet to its cap)."""
     from lcb.grading import child, host, mounts, zygote
-    from lcb.grading.process import (
-        StderrTail,
-        finish,
-        make_workdir,
-        memfd,
-        read_fd,
-        remove_tree,
-        spawn,
-        temp_root,
-        watch,
-    )
+    from lcb.grading.process import StderrTail, finish, memfd, read_fd, spawn, watch
+    from lcb.grading.workdirs import make_workdir, remove_tree, temp_root
 
     request = json.loads(_read_all(0))  # raw fds: sys.stdin/stdout stay pristine for the child
     limits, timeout_s = Limits(**request["limits"]), float(request["timeout_s"])

@@ -11,7 +11,23 @@ these fail, and allows everything else:
 - io_uring, `userfaultfd`, `perf_event_open` and `bpf` (EPERM): kernel surfaces with a history
   of privilege escalations, unused by programs (io_uring could also open sockets);
 - vsock sockets (EAFNOSUPPORT): a way out of a virtual machine to its host's services;
-- any other ABI (32-bit calls on x86-64, x32): EPERM, so the filter cannot be bypassed.
+- any other ABI (32-bit calls on x86-64, x32): EPERM, so the filter cannot be bypassed;
+- changing another process's limits or scheduling (EPERM): `prlimit64` on a pid other than 0
+  unless it only reads, `sched_setscheduler`, `sched_setparam`, `sched_setattr` on a pid other
+  than 0, `setpriority` and `ioprio_set` unless for the caller itself or its process group
+  (`who` 0, not the caller's whole uid), and `sched_setaffinity` at all. A program's host runs
+  as the program's uid, and the kernel lets a process of the same uid change these for
+  another: a program could otherwise take its host's descriptors (RLIMIT_NOFILE) or CPU
+  (SCHED_IDLE, a nice of 19) and turn its own failure into `infra`, or leave the CPU its slot
+  is pinned to and take one from the program beside it. (glibc's `setrlimit`, `getrlimit`,
+  `nice` use pid 0; a host never calls these on another pid once confined);
+- probing the page cache, a channel between programs graded together or one after another
+  (EPERM): `mincore`, `cachestat`, `fadvise64` (`posix_fadvise`: DONTNEED evicts a shared
+  file's pages), `madvise` MADV_COLD and MADV_PAGEOUT, `process_madvise` and Linux AIO
+  (`io_setup`); `preadv2` and `pwritev2` with RWF_NOWAIT (EOPNOTSUPP, as on a file system
+  without it), which say without waiting whether a page is cached. Timing a read still tells
+  it, about as well (see `lcb.grading.sandbox`): this closes the exact probes and eviction,
+  not the channel;
 And, where another layer is missing (the caller says which):
 - `sockets=False` (no network namespace of the slot's own, e.g. lcb not root): `socket()` of
   every family (EPERM), so no datagram, stream or abstract unix socket reaches another program
@@ -38,27 +54,50 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _LD_ABS, _JEQ, _JSET, _JGE, _RET = 0x20, 0x15, 0x45, 0x35, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
 _CLONE_NEWUSER, _AF_VSOCK, _X32_BIT = 0x10000000, 40, 0x40000000
-_NR, _ARCH, _ARG0 = 0, 4, 16
+_PRIO_USER, _IOPRIO_WHO_USER, _RWF_NOWAIT = 2, 3, 0x8
+_MADV_COLD, _MADV_PAGEOUT = 20, 21
+_NR, _ARCH = 0, 4
 
-# (audit arch, syscall numbers) per machine.
+# (audit arch, syscall numbers) per machine (x86-64: arch/x86/entry/syscalls/syscall_64.tbl;
+# aarch64: the generic table, include/uapi/asm-generic/unistd.h).
 _ARCHES = {
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
                             "clone": 56, "clone3": 435, "socket": 41, "userfaultfd": 323,
                             "perf_event_open": 298, "bpf": 321, "io_uring_setup": 425,
                             "io_uring_enter": 426, "io_uring_register": 427,
                             "memfd_create": 319, "memfd_secret": 447, "shmget": 29,
-                            "semget": 64, "msgget": 68, "mq_open": 240}),
+                            "semget": 64, "msgget": 68, "mq_open": 240,
+                            "prlimit64": 302, "setpriority": 141, "sched_setparam": 142,
+                            "sched_setscheduler": 144, "sched_setaffinity": 203,
+                            "sched_setattr": 314, "ioprio_set": 251, "mincore": 27,
+                            "cachestat": 451, "fadvise64": 221, "madvise": 28,
+                            "process_madvise": 440, "io_setup": 206, "preadv2": 327,
+                            "pwritev2": 328}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
                              "clone": 220, "clone3": 435, "socket": 198, "userfaultfd": 282,
                              "perf_event_open": 241, "bpf": 280, "io_uring_setup": 425,
                              "io_uring_enter": 426, "io_uring_register": 427,
                              "memfd_create": 279, "memfd_secret": 447, "shmget": 194,
-                             "semget": 190, "msgget": 186, "mq_open": 180}),
+                             "semget": 190, "msgget": 186, "mq_open": 180,
+                             "prlimit64": 261, "setpriority": 140, "sched_setparam": 118,
+                             "sched_setscheduler": 119, "sched_setaffinity": 122,
+                             "sched_setattr": 274, "ioprio_set": 30, "mincore": 232,
+                             "cachestat": 451, "fadvise64": 223, "madvise": 233,
+                             "process_madvise": 440, "io_setup": 0, "preadv2": 286,
+                             "pwritev2": 287}),
 }
 _REFUSED = ("add_key", "request_key", "keyctl", "userfaultfd", "perf_event_open", "bpf",
-            "io_uring_setup", "io_uring_enter", "io_uring_register")
+            "io_uring_setup", "io_uring_enter", "io_uring_register", "sched_setaffinity",
+            "mincore", "cachestat", "fadvise64", "process_madvise", "io_setup")
+_SELF_ONLY = ("sched_setscheduler", "sched_setparam", "sched_setattr")  # pid: argument 0
 _MEMORY = ("memfd_create", "memfd_secret")
 _IPC = ("shmget", "semget", "msgget", "mq_open")
+
+
+def _arg(index: int, *, high: bool = False) -> int:
+    """Where a 64-bit argument's low (or high) 32 bits lie in `struct seccomp_data` (both
+    machines are little-endian). The kernel reads a pid or an int flag from the low half."""
+    return 16 + 8 * index + (4 if high else 0)
 
 
 class _Insn(ctypes.Structure):
@@ -79,15 +118,31 @@ def _program(arch: int, nr: dict[str, int], *, sockets: bool, memory: bool, ipc:
     code: list = [(_LD_ABS, 0, 0, _ARCH), (_JEQ, 0, "eperm", arch), (_LD_ABS, 0, 0, _NR),
                   (_JGE, "eperm", 0, _X32_BIT)]
     code += [(_JEQ, "eperm", 0, nr[name]) for name in refused]
+    code += [(_JEQ, "self", 0, nr[name]) for name in _SELF_ONLY]
     code += [(_JEQ, "enosys", 0, nr["clone3"]), (_JEQ, "flags", 0, nr["unshare"]),
              (_JEQ, "flags", 0, nr["clone"]), (_JEQ, "family", 0, nr["socket"]),
+             (_JEQ, "prlimit", 0, nr["prlimit64"]), (_JEQ, "priority", 0, nr["setpriority"]),
+             (_JEQ, "ioprio", 0, nr["ioprio_set"]), (_JEQ, "nowait", 0, nr["preadv2"]),
+             (_JEQ, "nowait", 0, nr["pwritev2"]), (_JEQ, "madvise", 0, nr["madvise"]),
              (_RET, 0, 0, _ALLOW),
-             "flags", (_LD_ABS, 0, 0, _ARG0), (_JSET, "eperm", 0, _CLONE_NEWUSER),
-             (_RET, 0, 0, _ALLOW),
-             "family", (_LD_ABS, 0, 0, _ARG0), (_JEQ, "eafnosupport", 0, _AF_VSOCK),
-             (_RET, 0, 0, _ALLOW),
-             "eperm", (_RET, 0, 0, eperm), "enosys", (_RET, 0, 0, enosys),
-             "eafnosupport", (_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT)]
+             "flags", (_LD_ABS, 0, 0, _arg(0)), (_JSET, "eperm", "allow", _CLONE_NEWUSER),
+             "family", (_LD_ABS, 0, 0, _arg(0)), (_JEQ, "eafnosupport", "allow", _AF_VSOCK),
+             "self", (_LD_ABS, 0, 0, _arg(0)), (_JEQ, "allow", "eperm", 0),
+             # the caller itself (pid 0), or a read only (no new limit)
+             "prlimit", (_LD_ABS, 0, 0, _arg(0)), (_JEQ, "allow", 0, 0),
+             (_LD_ABS, 0, 0, _arg(2)), (_JEQ, 0, "eperm", 0),
+             (_LD_ABS, 0, 0, _arg(2, high=True)), (_JEQ, "allow", "eperm", 0),
+             "priority", (_LD_ABS, 0, 0, _arg(1)), (_JEQ, 0, "eperm", 0),
+             (_LD_ABS, 0, 0, _arg(0)), (_JEQ, "eperm", "allow", _PRIO_USER),
+             "ioprio", (_LD_ABS, 0, 0, _arg(1)), (_JEQ, 0, "eperm", 0),
+             (_LD_ABS, 0, 0, _arg(0)), (_JEQ, "eperm", "allow", _IOPRIO_WHO_USER),
+             "nowait", (_LD_ABS, 0, 0, _arg(5)), (_JSET, "eopnotsupp", "allow", _RWF_NOWAIT),
+             "madvise", (_LD_ABS, 0, 0, _arg(2)), (_JEQ, "eperm", 0, _MADV_COLD),
+             (_JEQ, "eperm", "allow", _MADV_PAGEOUT),
+             "allow", (_RET, 0, 0, _ALLOW), "eperm", (_RET, 0, 0, eperm),
+             "enosys", (_RET, 0, 0, enosys),
+             "eafnosupport", (_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT),
+             "eopnotsupp", (_RET, 0, 0, _ERRNO | errno.EOPNOTSUPP)]
     return code
 
 
@@ -100,7 +155,9 @@ def _assemble(code: list) -> list[tuple[int, int, int, int]]:
             insns.append(item)
 
     def offset(at: int, target: str | int) -> int:
-        return 0 if target == 0 else labels[target] - at - 1
+        jump = 0 if target == 0 else labels[target] - at - 1
+        assert 0 <= jump <= 255, f"a jump to {target!r} the filter cannot encode"  # forward only
+        return jump
 
     return [(c, offset(i, t), offset(i, f), k) for i, (c, t, f, k) in enumerate(insns)]
 

@@ -3,11 +3,16 @@
 `Slot.start(sandbox)` starts both (`lcb.grading.judge`, `lcb.grading.zygote`, each a fresh
 interpreter; under bubblewrap for "bwrap"), joined by a seqpacket socket:
 - the zygote and every program it forks live in the slot's jail (`cgroups.Jail`): pids.max,
-  a memory limit (shared memory, tmpfs and memfds included), a cpu group of equal weight. The
-  zygote gets a descriptor on the limit, and each program's host sets it to that program's
-  own cap plus `MEMORY_HEADROOM` when it is loaded (`lcb.grading.host.confine`); until then
-  it is the larger cap plus the headroom. lcb's processes set their OOM score to -1000 and the
-  program's side to +1000, so the memory cgroup kills the program first;
+  a memory limit (the larger program cap plus `MEMORY_HEADROOM`, room for the zygote and its
+  hosts), a cpu group of equal weight. The program's own processes run in a memory group
+  nested in the slot's (`cgroups.PROGRAM_GROUP`): the zygote gets descriptors on its limit
+  and its `tasks` file; each program's host sets the limit to that program's own cap
+  exactly when it is loaded (`lcb.grading.host.confine`), and each program process joins
+  the group right after its fork. So what a program holds (shared memory, tmpfs and memfds
+  included) counts against its cap, and when it runs out the kernel kills one of the
+  program's processes, never its host or the zygote. lcb's processes also ask for an OOM
+  score of -1000 (it takes CAP_SYS_RESOURCE, which a container often lacks: they then keep
+  the score they inherit) and the program's side sets +1000, for a machine-wide OOM;
 - as root, the slot claims a uid of its own (`lcb.grading.claims`) that its programs run as,
   and, where one is free, a CPU that its judge, zygote and programs are pinned to;
 - the judge (no program ever forks from it) answers the pool's JSON requests.
@@ -31,7 +36,7 @@ from lcb.grading import claims, launch, wire
 from lcb.grading.cgroups import Jail
 from lcb.grading.contain import MEMORY_HEADROOM, Limits
 from lcb.grading.privilege import can_switch_uid
-from lcb.grading.verdicts import Verdict, clip
+from lcb.grading.verdicts import Verdict, clip_feedback
 
 ANSWER_LIMIT = 64 << 20
 _START_TIMEOUT_S = 60.0
@@ -47,10 +52,16 @@ class SlotFailed(RuntimeError):
     """The slot could not start: its message says why (the tier cannot run here)."""
 
 
+def _program_cap() -> int:
+    """The larger program cap (0: a cap is disabled, so none)."""
+    caps = (Limits.for_functional().memory_bytes, Limits.for_stdin().memory_bytes)
+    return 0 if 0 in caps else max(caps)
+
+
 def slot_memory_bytes() -> int:
     """The jail's memory limit: the larger program cap plus headroom (0: a cap is disabled)."""
-    caps = (Limits.for_functional().memory_bytes, Limits.for_stdin().memory_bytes)
-    return 0 if 0 in caps else max(caps) + MEMORY_HEADROOM
+    cap = _program_cap()
+    return cap + MEMORY_HEADROOM if cap else 0
 
 
 class Slot:
@@ -63,7 +74,7 @@ class Slot:
     @classmethod
     def start(cls, sandbox: str) -> Slot:
         extra = 16 if sandbox == "process" else 48  # the zygote, a host; bwrap's own processes
-        jail = Jail.create(max_tasks=Limits().max_tasks + extra,
+        jail = Jail.create(max_tasks=Limits().max_tasks + extra, program_bytes=_program_cap(),
                            memory_bytes=slot_memory_bytes(), prefix="lcb-slot")
         uid = claims.claim_uid() if can_switch_uid() else None
         cpu = claims.claim_cpu()
@@ -71,13 +82,14 @@ class Slot:
         log = tempfile.TemporaryFile()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pin = cpu.value if cpu else None
-        limit = jail.open_memory_limit() if jail is not None else None
-        passed = (theirs.fileno(),) if limit is None else (theirs.fileno(), limit)
+        program = jail.open_program_files() if jail is not None else None
+        limit, tasks = program or (None, None)
+        passed = (theirs.fileno(), *(program or ()))
         try:
             zygote = launch.start(
                 launch.python_argv("lcb.grading.zygote:main", sandbox=sandbox, role="zygote",
                                    args=(theirs.fileno(), uid.value if uid else None, pin,
-                                         limit)),
+                                         limit, tasks)),
                 jail=jail, pass_fds=passed, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=log, oom_score_adj=-1000)
             judge = launch.start(
@@ -88,8 +100,8 @@ class Slot:
         finally:
             mine.close()
             theirs.close()
-            if limit is not None:
-                os.close(limit)
+            for fd in program or ():
+                os.close(fd)
         slot = cls(judge, zygote, jail, held, log)
         slot._hello(sandbox)
         return slot
@@ -186,7 +198,7 @@ def check_default_run(run: Any, n_tests: int) -> dict:
                   "cpu": _number(raw["cpu"])}
         for key in ("actual", "error"):
             if key in raw:
-                result[key] = clip(str(raw[key]))
+                result[key] = clip_feedback(str(raw[key]))
         results.append(result)
     error = run["compile_error"]
     if error is not None and not isinstance(error, str):

@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from lcb.grading.compare import stdout_matches
-from lcb.grading.judge import HOST_SLACK_S, Host, HostLost, check_report
+from lcb.grading.judge import HOST_SLACK_S, HostHandle, HostLost, check_report
 from lcb.grading.process import Exit, describe_exit, failure_verdict, memfd, read_fd
-from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip
+from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip_feedback
 
 if TYPE_CHECKING:
-    from lcb.grading.default import Job
+    from lcb.grading.default import GradingJob
 
 AHEAD_TESTS = 64
 AHEAD_BYTES = 64 << 20
@@ -39,12 +39,12 @@ _PER_REQUEST = 120       # test pairs per request (two descriptors each)
 _LATE_S = 0.5
 
 
-def run_stdin(host: Host, job: Job) -> Iterator[dict]:
+def run_stdin(host: HostHandle, job: GradingJob) -> Iterator[dict]:
     yield from _Stream(host, job).results()
 
 
 class _Stream:
-    def __init__(self, host: Host, job: Job):
+    def __init__(self, host: HostHandle, job: GradingJob):
         self.host, self.job = host, job
         self.next_index = 0
         self.ahead: deque[tuple[int, int, int]] = deque()  # (index, stdout fd, input bytes)
@@ -130,17 +130,18 @@ def _reports(message: dict) -> list[dict]:
     return reports
 
 
-def lost_result(index: int, job: Job, exc: HostLost) -> dict:
+def lost_result(index: int, job: GradingJob, exc: HostLost) -> dict:
     """The result of a test whose host went away or went silent: `Verdict.INFRA`, never a time
     limit (only the program's own time, which the host measures, decides one). Whoever killed
     or stopped the host (its program may have: the host is the program's side), the judge
-    cannot tell, so the pool grades the program again on a fresh slot."""
+    cannot tell, so the pool grades the program again on a fresh slot (lost at the same test
+    again, that test is the program's `runtime_error`: `lcb.grading.pool`)."""
     how = "did not answer in time" if exc.timed_out else "went away"
     return {"i": index, "v": Verdict.INFRA, "wall": 0.0, "cpu": 0.0, "actual": "",
             "error": f"the program's host {how} while test {index} ran: {exc}"}
 
 
-def _verdict(job: Job, index: int, report: dict, out_fd: int) -> dict:
+def _verdict(job: GradingJob, index: int, report: dict, out_fd: int) -> dict:
     test = job.tests[index]
     out_size = os.fstat(out_fd).st_size
     actual = read_fd(out_fd, job.limits.output_bytes).decode("utf-8", "replace")
@@ -154,8 +155,8 @@ def _verdict(job: Job, index: int, report: dict, out_fd: int) -> dict:
         verdict = Verdict.PASSED if stdout_matches(actual, test.output) else Verdict.WRONG_ANSWER
     result = {"i": index, "v": verdict, "wall": ended.wall_s, "cpu": ended.cpu_s}
     if verdict is Verdict.WRONG_ANSWER:
-        result.update(actual=clip(actual), error=error)
+        result.update(actual=clip_feedback(actual), error=error)
     elif verdict is not Verdict.PASSED:
-        result.update(actual=clip(actual),
+        result.update(actual=clip_feedback(actual),
                       error=error or describe_exit(ended, oom=report["oom"]))
     return result

@@ -12,10 +12,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from lcb.text import FEEDBACK_NOTE, HALF, clip
+
 if TYPE_CHECKING:
     from lcb.grading.grades import Feedback, Grade, TestOutcome
 
-__all__ = ["FEEDBACK_CHARS", "Feedback", "Grade", "TestOutcome", "Verdict", "clip"]
+__all__ = ["FEEDBACK_CHARS", "Feedback", "Grade", "TestOutcome", "Verdict", "clip_feedback"]
 
 FEEDBACK_CHARS = 2000
 
@@ -31,12 +33,10 @@ class Verdict(StrEnum):
     INFRA = "infra"  # the grading infrastructure failed: no verdict on the program
 
 
-def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
-    """`text` if short enough, else its head and tail around a marker saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n…[{len(text) - 2 * half} chars cut]…\n{text[-half:]}"
+def clip_feedback(text: str, limit: int = FEEDBACK_CHARS) -> str:
+    """`text` if short enough, else its head and tail halves around a note saying how much
+    was cut (`lcb.text.clip` with `HALF` and `FEEDBACK_NOTE`)."""
+    return clip(text, limit, head=HALF, note=FEEDBACK_NOTE)
 
 
 def __getattr__(name: str):

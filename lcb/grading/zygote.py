@@ -1,6 +1,6 @@
 """The zygote: the clean process every program host is forked from, one per grading slot.
 
-Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu, memory_limit)'`, in the slot's
+Started by `GradingPool` (`python -s -S -c '…main(fd, uid, cpu, limit, tasks)'`, in the slot's
 pids, memory and cpu cgroups, under bubblewrap for `sandbox="bwrap"`; its hosts pin themselves
 to the slot's CPU once loaded, so spares are prepared on any core), it imports
 what programs and hosts need (the prelude's modules, lcb's grading code, templates of the
@@ -18,10 +18,12 @@ here where failing changes nothing):
 - as root with CAP_SYS_ADMIN: a network namespace of the slot's own (`mounts.private_network`,
   made here, once: about 0.5 ms), with a loopback that is down, so no socket of a program
   reaches another program; its programs run one after another and nothing of one outlives it;
-- where the slot has a memory cgroup (`memory_limit`, a descriptor on its
-  `memory.limit_in_bytes` opened by the slot, proved writable here): each host sets it for its
-  own program when it is loaded and closes it (`lcb.grading.host.confine`), so memfd, tmpfs
-  and shared-memory pages count against that program's own cap;
+- where the slot has a program memory group (`cgroups.PROGRAM_GROUP`: descriptors on its
+  `memory.limit_in_bytes` and `tasks`, opened by the slot, proved usable here): each
+  host sets the limit to its own program's cap when it is loaded and closes it
+  (`lcb.grading.host.confine`), and each program process joins the group right after its
+  fork, so memfd, tmpfs and shared-memory pages count against that program's own cap, and
+  the OOM killer chooses among the program's processes only;
 - Landlock when the kernel has it (`read_roots()` readable, nothing of lcb or its data:
   `lcb.grading.visible`);
 - a seccomp filter (`lcb.grading.seccomp`: no keyrings, no user namespaces, no io_uring, ...;
@@ -46,6 +48,8 @@ from typing import Any, NoReturn
 from lcb.grading import host as program_host
 from lcb.grading import landlock, mounts, privilege, seccomp, wire
 from lcb.grading.cgroups import (
+    PROGRAM_GROUP,
+    join,
     own_group,
     read_memory_limit,
     read_oom_kills,
@@ -61,8 +65,8 @@ from lcb.grading.contain import (
     reap_all,
 )
 from lcb.grading.prelude import import_prelude_modules
-from lcb.grading.process import sweep_stale_workdirs, temp_root
 from lcb.grading.visible import ROOT, SYSTEM_ROOTS, read_roots  # noqa: F401 - re-exported
+from lcb.grading.workdirs import sweep_stale_workdirs, temp_root
 
 
 def _warm_up() -> None:
@@ -96,11 +100,14 @@ def _probe(step: Any) -> str | None:
     return None if status == 0 else reason or f"wait status {status}"
 
 
-def _memory_group() -> str | None:
+def _memory_group(program: bool) -> str | None:
+    """The memory group whose OOM kills are the program's: the program group if it is used."""
     try:
         group = own_group("memory")
     except (OSError, StopIteration, IndexError):
         return None
+    if program:
+        group = os.path.join(group, PROGRAM_GROUP)
     return group if read_oom_kills(group) is not None else None
 
 
@@ -110,9 +117,11 @@ def _hidden_proc(tmp: str) -> None:
 
 
 def decide(uid: int | None, cpu: int | None = None, *, memory_limit: int | None = None,
-           memory_bounded: bool = False) -> tuple[program_host.Identity, dict]:
+           memory_tasks: int | None = None, memory_bounded: bool = False
+           ) -> tuple[program_host.Identity, dict]:
     """The programs' confinement, and its description for the pool (see module docstring).
-    `memory_limit`: the slot's limit file, set per program; `memory_bounded`: a memory cgroup
+    `memory_limit`, `memory_tasks`: the program group's limit (set per program) and
+    `tasks` (joined by each program process); `memory_bounded`: a memory cgroup
     already bounds the (single) program at its cap (a python_exec run's own group)."""
     visible = read_roots()
     info: dict[str, Any] = {"uid": uid, "landlock_abi": landlock.abi(), "view": []}
@@ -138,29 +147,47 @@ def decide(uid: int | None, cpu: int | None = None, *, memory_limit: int | None 
             read=visible.read, listed=visible.listed, write=[tmp])))
         if failed:
             raise OSError(f"Landlock is available but does not apply: {failed}")
-    memory_limit = _usable_limit(memory_limit)
+    memory_limit, memory_tasks = _usable_group(memory_limit, memory_tasks)
     info["memory_per_program"] = memory_bounded or memory_limit is not None
     info["seccomp"] = _seccomp_applies(info)
-    memory = _memory_group()
+    memory = _memory_group(program=memory_limit is not None)
     info["memory_cgroup"] = memory is not None
+    info["oom_score_adj"] = _oom_score_adj()
     info["cpu"] = cpu
     return program_host.Identity(
         uid=uid, private_tmp=info["private_tmp"], landlock=info["landlock_abi"] > 0,
         read_roots=visible.read, memory_group=memory, seccomp=info["seccomp"], cpu=cpu,
         list_roots=visible.listed, hidden=visible.hidden, netns=info["netns"],
-        memory_limit=memory_limit, memory_bounded=info["memory_per_program"]), info
+        memory_limit=memory_limit, memory_tasks=memory_tasks,
+        memory_bounded=info["memory_per_program"]), info
 
 
-def _usable_limit(fd: int | None) -> int | None:
-    """The slot's memory-limit descriptor if it can be written here (probed by writing the
-    limit back unchanged), else None: it is closed, and programs get no memfd instead."""
-    if fd is None:
-        return None
-    try:
-        set_memory_limit(fd, read_memory_limit(fd), settle_s=0.0)
-        return fd
-    except (OSError, ValueError):
+def _usable_group(limit: int | None, tasks: int | None) -> tuple[int | None, int | None]:
+    """The program group's descriptors if both work here (probed: the limit written back
+    unchanged, the group joined by a throw-away child), else (None, None): they are closed,
+    and programs get no memfd instead."""
+    if limit is None or tasks is None:
+        fds = ()
+    else:
+        try:
+            set_memory_limit(limit, read_memory_limit(limit), settle_s=0.0)
+            if _probe(lambda: join(tasks)) is None:
+                return limit, tasks
+        except (OSError, ValueError):
+            pass
+        fds = (limit, tasks)
+    for fd in fds:
         os.close(fd)
+    return None, None
+
+
+def _oom_score_adj() -> int | None:
+    """This process's OOM score adjustment (launch.start asks for -1000, which takes
+    CAP_SYS_RESOURCE: a container without it leaves the inherited value)."""
+    try:
+        with open("/proc/self/oom_score_adj") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
         return None
 
 
@@ -176,9 +203,10 @@ def _seccomp_applies(info: dict) -> bool:
 
 
 def main(peer_fd: int, uid: int | None = None, cpu: int | None = None,
-         memory_limit: int | None = None) -> NoReturn:
+         memory_limit: int | None = None, memory_tasks: int | None = None) -> NoReturn:
     """Serve the judge until it closes the socket (programs run as `uid`, pinned to `cpu`;
-    `memory_limit`: a descriptor on the slot's `memory.limit_in_bytes`)."""
+    `memory_limit`, `memory_tasks`: descriptors on the program group's
+    `memory.limit_in_bytes` and `tasks`)."""
     privilege.make_undumpable()
     die_with_parent()
     become_subreaper()
@@ -188,7 +216,7 @@ def main(peer_fd: int, uid: int | None = None, cpu: int | None = None,
         _warm_up()
         if uid is None:
             sweep_stale_workdirs()
-        identity, info = decide(uid, cpu, memory_limit=memory_limit)
+        identity, info = decide(uid, cpu, memory_limit=memory_limit, memory_tasks=memory_tasks)
     except Exception as exc:  # noqa: BLE001 - told to the judge, then to the pool
         wire.send(sock, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         os._exit(1)

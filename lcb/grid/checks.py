@@ -22,13 +22,14 @@ import os
 import time
 from pathlib import Path
 
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
+from lcb.io import write_text
 
 CHECK_TTL_S = 60.0
 DEFAULT_BASE_URL = "http://localhost:8000/v1"  # lcb.agents.models.DEFAULT_BASE_URL
 
 
-def _urls(job: Job) -> list[str]:
+def _urls(job: GridJob) -> list[str]:
     from lcb.agents.endpoints import split_base_urls
 
     text = job.env.get("VLLM_BASE_URL") or os.environ.get("VLLM_BASE_URL") or DEFAULT_BASE_URL
@@ -70,13 +71,11 @@ def _verdict(folder: Path, url: str, model_id: str, key: str) -> str | None:
         if verdict is None:
             problem = check_now([url], model_id, key).get(url)
             verdict = {"at": time.time(), "problem": problem}
-            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(verdict), encoding="utf-8")
-            os.replace(tmp, path)
+            write_text(path, json.dumps(verdict))
     return verdict.get("problem")
 
 
-def usable_endpoints(job: Job, key: str) -> tuple[list[str], dict[str, str]]:
+def usable_endpoints(job: GridJob, key: str) -> tuple[list[str], dict[str, str]]:
     """(endpoints that pass, the others with their reason): module docstring."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcb.grid.jobrun import Outcome, run_job, stop_running
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 
 STOP_GRACE_S = 30.0  # a stopped job's time to close its journal before SIGKILL
@@ -51,7 +51,7 @@ class RunOptions:
     on_outcome: Callable[[Outcome], Any] = lambda outcome: None
 
 
-def run_local(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[Outcome]:
+def run_local(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     """The jobs in a pool of `options.workers` processes (module docstring)."""
     del spec  # the local pool needs nothing from the spec
     stop = threading.Event()
@@ -84,7 +84,7 @@ def run_local(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[
     return outcomes
 
 
-def _unless(stop: threading.Event, job: Job) -> Outcome:
+def _unless(stop: threading.Event, job: GridJob) -> Outcome:
     if stop.is_set():
         return Outcome(job.key, "skipped", reason="the grid was stopped")
     return run_job(job, stop)
@@ -102,19 +102,19 @@ def _restore(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
-def run_slurm(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[Outcome]:
+def run_slurm(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     from lcb.grid.slurm import run_array
 
     return run_array(jobs, spec, options)
 
 
-def run_ray(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[Outcome]:
+def run_ray(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     from lcb.grid.ray_tasks import run_tasks
 
     return run_tasks(jobs, spec, options)
 
 
-EXECUTORS: dict[str, Callable[[Sequence[Job], GridSpec, RunOptions], list[Outcome]]] = {
+EXECUTORS: dict[str, Callable[[Sequence[GridJob], GridSpec, RunOptions], list[Outcome]]] = {
     "local": run_local,
     "slurm": run_slurm,
     "ray": run_ray,

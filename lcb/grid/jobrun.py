@@ -52,7 +52,7 @@ from typing import Literal
 
 from lcb.agents.endpoints import redact_url
 from lcb.grid.checks import usable_endpoints
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
 from lcb.grid.state import (
     HEARTBEAT_S,
     is_done,
@@ -101,7 +101,7 @@ def command_argv(argv: tuple[str, ...]) -> list[str]:
             "main()", *argv[1:]]
 
 
-def _api_key(job: Job) -> str:
+def _api_key(job: GridJob) -> str:
     if job.key_env is None:
         return os.environ.get("OPENAI_API_KEY") or "EMPTY"
     key = os.environ.get(job.key_env)
@@ -111,14 +111,14 @@ def _api_key(job: Job) -> str:
     return key
 
 
-def _log(job: Job, text: str) -> None:
+def _log(job: GridJob, text: str) -> None:
     path = log_path(job)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as log:
         log.write(text + "\n")
 
 
-def _end(job: Job, status: Literal["failed", "interrupted"], reason: str, started: float,
+def _end(job: GridJob, status: Literal["failed", "interrupted"], reason: str, started: float,
          rc: int | None = None) -> Outcome:
     """Record the job's end as `status` (a state that cannot be written is left as it was:
     the outcome still says what happened)."""
@@ -127,7 +127,7 @@ def _end(job: Job, status: Literal["failed", "interrupted"], reason: str, starte
     return Outcome(job.key, status, rc=rc, reason=reason, seconds=time.monotonic() - started)
 
 
-def run_job(job: Job, stop: threading.Event | None = None) -> Outcome:
+def run_job(job: GridJob, stop: threading.Event | None = None) -> Outcome:
     """Run one job of a grid to its end (module docstring)."""
     started = time.monotonic()
     try:
@@ -140,7 +140,7 @@ def run_job(job: Job, stop: threading.Event | None = None) -> Outcome:
         return _end(job, "failed", f"{type(exc).__name__}: {exc}", started)
 
 
-def _run_locked(job: Job, stop: threading.Event | None, started: float) -> Outcome:
+def _run_locked(job: GridJob, stop: threading.Event | None, started: float) -> Outcome:
     if is_done(job):
         return Outcome(job.key, "skipped", reason="done")
     if read_state(job).get("state") == "running" and job_status(job) == "running":
@@ -176,7 +176,7 @@ def _run_locked(job: Job, stop: threading.Event | None, started: float) -> Outco
     return _end(job, "failed", reason, started, rc=rc)
 
 
-def _launch(job: Job, env: dict[str, str], stop: threading.Event | None) -> tuple[int, bool]:
+def _launch(job: GridJob, env: dict[str, str], stop: threading.Event | None) -> tuple[int, bool]:
     """Run the job's process to its end: (exit code, whether the grid stopped it)."""
     attempts = read_state(job).get("attempts", 0) + 1
     _log(job, f"== {_now()} attempt {attempts}: (cd {job.cwd} && {job.shell()})")
@@ -206,7 +206,7 @@ def _launch(job: Job, env: dict[str, str], stop: threading.Event | None) -> tupl
     return rc, stopped
 
 
-def _wait(job: Job, process: subprocess.Popen) -> int:
+def _wait(job: GridJob, process: subprocess.Popen) -> int:
     """Wait for the job's process, touching its state file every `HEARTBEAT_S` (status on
     another host takes a job whose state has not been touched for a while as gone)."""
     while True:

@@ -9,17 +9,18 @@ Contract:
   value, the topology folder carries them: `sequential-r4`, `sequential-semi_structured`,
   `sequential-r4-semi_structured` (size first). `single` has no team size or communication:
   those axes collapse to one `single` job per (method, model, seed).
-- `Job.argv` is the `lcb optimize …` or `lcb run …` command, run in `Job.cwd` (the spec's
-  folder) with `Job.env` (`VLLM_BASE_URL` as the model's comma-separated endpoints, `MODEL_ID`)
-  and the API key copied at run time from the variable `Job.key_env` names (never stored).
+- `GridJob.argv` is the `lcb optimize …` or `lcb run …` command, run in `GridJob.cwd` (the
+  spec's folder) with `GridJob.env` (`VLLM_BASE_URL` as the model's comma-separated endpoints,
+  `MODEL_ID`) and the API key copied at run time from the variable `GridJob.key_env` names
+  (never stored).
   `lcb run` jobs always pass `--resume`, so the same command starts and continues a batch.
 - `shard(jobs, index, count)` keeps the jobs whose key hashes to `index` (sha256 of the key,
   modulo `count`): the shards `0/N` … `N-1/N` hold each job exactly once, whatever the
   launcher, and a job stays in its shard when the spec gains or loses other jobs (a seed, a
   model), so a shard never runs what another shard already holds. Shards are only roughly
   even. `parse_shard("1/3")` -> (1, 3).
-- `Job.shell()` and `Job.to_json()` (what `plan` shows and the logs keep) show each endpoint
-  without credentials (`lcb.agents.endpoints.redact_url`); `Job.env` keeps them.
+- `GridJob.shell()` and `GridJob.to_json()` (what `plan` shows and the logs keep) show each
+  endpoint without credentials (`lcb.agents.endpoints.redact_url`); `GridJob.env` keeps them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p",
 
 
 @dataclass(frozen=True)
-class Job:
+class GridJob:
     """One job of a grid (module docstring). `key` is its folder relative to the grid's."""
 
     key: str
@@ -98,7 +99,7 @@ def _excluded(spec: GridSpec, combo: dict[str, Any]) -> bool:
     return any(matches(rule, combo) for rule in spec.exclude)
 
 
-def plan(spec: GridSpec) -> list[Job]:
+def plan(spec: GridSpec) -> list[GridJob]:
     """Every job of `spec`, in plan order (module docstring)."""
     return [_job(spec, combo) for combo in _combinations(spec) if not _excluded(spec, combo)]
 
@@ -114,7 +115,7 @@ def _topology_folder(spec: GridSpec, combo: Mapping[str, Any]) -> str:
     return "-".join(parts)
 
 
-def _job(spec: GridSpec, combo: dict[str, Any]) -> Job:
+def _job(spec: GridSpec, combo: dict[str, Any]) -> GridJob:
     key = "/".join([combo["method"], "lcb", _topology_folder(spec, combo), combo["model"],
                     str(combo["seed"])])
     model = spec.models[combo["model"]]
@@ -123,7 +124,7 @@ def _job(spec: GridSpec, combo: dict[str, Any]) -> Job:
     env = {"MODEL_ID": model.id}
     if model.endpoints:
         env = {"VLLM_BASE_URL": ",".join(model.endpoints), **env}
-    return Job(key=key, axes=combo, argv=tuple(argv), cwd=spec.base, out=spec.base / out,
+    return GridJob(key=key, axes=combo, argv=tuple(argv), cwd=spec.base, out=spec.base / out,
                done_file=DONE_FILES[spec.kind], root=spec.root, env=env,
                key_env=model.api_key_env)
 
@@ -192,7 +193,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def shard(jobs: Sequence[Job], index: int, count: int) -> list[Job]:
+def shard(jobs: Sequence[GridJob], index: int, count: int) -> list[GridJob]:
     """The jobs of shard `index` of `count` (module docstring)."""
     return [job for job in jobs if shard_of(job.key, count) == index]
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lcb.grid.jobrun import Outcome, run_job
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def connect(ray: Any, spec: GridSpec, address: str | None) -> None:
     ray.init(**kwargs)
 
 
-def run_tasks(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[Outcome]:
+def run_tasks(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     """Run `jobs` as Ray tasks (module docstring)."""
     from lcb.grid.executors import GridInterrupted
 
@@ -85,7 +85,7 @@ def run_tasks(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[
     return outcomes
 
 
-def _outcome(ray: Any, job: Job, ref: Any) -> Outcome:
+def _outcome(ray: Any, job: GridJob, ref: Any) -> Outcome:
     try:
         return ray.get(ref)
     except Exception as exc:  # noqa: BLE001 - a lost task is a failed job, reported

@@ -37,7 +37,7 @@ def _run_grid_summary(spec: GridSpec) -> tuple[dict[str, Any], str]:
 
 def report(spec: GridSpec, out: Path, *, split_mixed: bool = False) -> tuple[dict[str, Any], str]:
     """Aggregate the grid and write `out/summary.json` (module docstring)."""
-    from lcb.runs.rundir import write_json
+    from lcb.io import write_json
 
     if spec.kind == "optimize":
         from lcb.optimize.aggregate import aggregate, markdown_table

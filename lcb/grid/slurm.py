@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lcb.grid.jobrun import Outcome, run_job, terminate_running
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 from lcb.grid.state import write_state
 
@@ -41,10 +41,10 @@ except ImportError:  # the `grid` extra is not installed: `run_array` says so
 class GridTask(Checkpointable):  # type: ignore[misc,valid-type]
     """One array task: run one job; on preemption, stop it and requeue with the same job."""
 
-    def __call__(self, job: Job) -> Outcome:
+    def __call__(self, job: GridJob) -> Outcome:
         return run_job(job)
 
-    def checkpoint(self, job: Job) -> Any:
+    def checkpoint(self, job: GridJob) -> Any:
         terminate_running()
         # not `running` any more, so the requeued task (on any node) runs it at once
         write_state(job, state="requeued", reason="preempted or out of time: requeued")
@@ -73,7 +73,7 @@ def _executor(spec: GridSpec) -> Any:
     return executor
 
 
-def _outcome(job: Job, task: Any) -> Outcome:
+def _outcome(job: GridJob, task: Any) -> Outcome:
     try:
         return task.result()
     except Exception as exc:  # noqa: BLE001 - a dead task is a failed job, reported, not raised
@@ -82,7 +82,7 @@ def _outcome(job: Job, task: Any) -> Outcome:
                        f"{reason[-1] if reason else type(exc).__name__}")
 
 
-def run_array(jobs: Sequence[Job], spec: GridSpec, options: RunOptions) -> list[Outcome]:
+def run_array(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     """Submit `jobs` as one array (module docstring)."""
     if not jobs:
         return []

@@ -8,7 +8,7 @@ Contract:
   batch); a setting that only one kind takes (`budget`, `opt_tests`, `method_settings` and
   the `methods` axis for optimize; `grader`, `limit` for run) is refused on the other.
 - Axes: `methods`, `topologies`, `team_sizes`, `communications`, `models`, `seeds`. Values are
-  checked against the known ones (`METHODS`, `lcb.cli.options.TOPOLOGIES`/`COMMUNICATIONS`),
+  checked against the known ones (`lcb.registry`'s `METHODS`, `TOPOLOGIES`, `COMMUNICATIONS`),
   an axis given is neither empty nor repeats a value, and `true` is no seed or team size.
   `team_sizes` and `communications` may be left out (the team's default size, `freeform`).
 - A model is a short name (the layout's folder) mapping to its id, the base URLs serving it
@@ -32,11 +32,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lcb.cli.options import COMMUNICATIONS, TOPOLOGIES
+from lcb.registry import (
+    COMMUNICATIONS,
+    DEFAULT_COMMUNICATION,
+    GRADERS,
+    METHODS,
+    SANDBOXES,
+    SINGLE,
+    TOPOLOGIES,
+)
 
-# The optimizer keys of the protocol (ARCHITECTURE.md); `lcb optimize` checks what is built.
-METHODS = ("identity", "gepa", "mipro", "mamut_gepa", "tavo", "maspo", "hivemind", "mapro",
-           "maspob")
 AXES = ("method", "topology", "team_size", "communication", "model", "seed")
 KNOWN = {"method": METHODS, "topology": TOPOLOGIES}
 TEAM_AXES = ("team_size", "communication")  # the axes a `single` job does not have
@@ -85,8 +90,8 @@ class Settings(_Strict):
     data: str | None = None
     release: str | None = None
     opt_tests: int | None = Field(default=None, ge=1)
-    grader: Literal["default", "official"] | None = None
-    sandbox: Literal["process", "bwrap"] | None = None
+    grader: Literal[GRADERS] | None = None  # type: ignore[valid-type]
+    sandbox: Literal[SANDBOXES] | None = None  # type: ignore[valid-type]
     concurrency: int | None = Field(default=None, ge=1)
     limit: int | None = Field(default=None, ge=1)
     sampling: Sampling = Sampling()
@@ -137,7 +142,7 @@ class GridSpec(_Strict):
     methods: tuple[str, ...] = ()
     topologies: tuple[str, ...] = Field(min_length=1)
     team_sizes: tuple[Int | None, ...] = Field(default=(None,), min_length=1)
-    communications: tuple[str, ...] = Field(default=("freeform",), min_length=1)
+    communications: tuple[str, ...] = Field(default=(DEFAULT_COMMUNICATION,), min_length=1)
     models: dict[str, ModelSpec] = Field(min_length=1)
     seeds: tuple[Int, ...] = Field(default=(0, 1, 2), min_length=1)
     settings: Settings = Settings()
@@ -266,7 +271,7 @@ def matches(rule: dict[str, Match], axes: dict[str, Any]) -> bool:
     matches an axis the job does not have: `single`'s team size and communication)."""
     for key, match in rule.items():
         value = axes[key]
-        if key in TEAM_AXES and axes["topology"] == "single":
+        if key in TEAM_AXES and axes["topology"] == SINGLE:
             return False
         if isinstance(match, Negation):
             if value in match.not_:

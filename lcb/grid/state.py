@@ -5,8 +5,8 @@ Contract:
   and host of its process, and when it started), `failed` (exit code and reason),
   `interrupted` (stopped by the grid: Ctrl-C, SIGTERM, a cancelled task), `requeued` (a
   preempted Slurm task) or `done`, plus `attempts` (how often the grid launched it). Written
-  whole through a rename, so a kill never leaves half a file; a file that does not parse
-  reads as no state.
+  whole through `lcb.io.write_text` (atomic), so a kill never leaves half a file; a file
+  that does not parse reads as no state.
 - `<out>/.grid/logs/<slug>.log` gets each attempt's stdout and stderr, appended, after a
   header line naming the attempt and the command.
 - `job_lock(job)` holds `<out>/.grid/locks/<slug>.lock` (a non-blocking `flock`) while one
@@ -33,7 +33,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from lcb.grid.plan import DONE_FILES, Job
+from lcb.grid.plan import DONE_FILES, GridJob
+from lcb.io import write_text
 
 Status = Literal["done", "running", "failed", "pending"]
 STATUSES: tuple[Status, ...] = ("done", "running", "failed", "pending")
@@ -42,20 +43,20 @@ HEARTBEAT_S = 30.0  # how often a running job's state file is touched
 STALE_S = 4 * HEARTBEAT_S  # untouched this long, a job running on another host is gone
 
 
-def state_path(job: Job) -> Path:
+def state_path(job: GridJob) -> Path:
     return job.root / GRID_DIR / "state" / f"{job.slug}.json"
 
 
-def log_path(job: Job) -> Path:
+def log_path(job: GridJob) -> Path:
     return job.root / GRID_DIR / "logs" / f"{job.slug}.log"
 
 
-def lock_path(job: Job) -> Path:
+def lock_path(job: GridJob) -> Path:
     return job.root / GRID_DIR / "locks" / f"{job.slug}.lock"
 
 
 @contextlib.contextmanager
-def job_lock(job: Job) -> Iterator[bool]:
+def job_lock(job: GridJob) -> Iterator[bool]:
     """Hold the job's lock for the block: True, or False when another process holds it.
 
     A `flock` goes with the process that holds it, so a killed grid never leaves it taken;
@@ -74,7 +75,7 @@ def job_lock(job: Job) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def read_state(job: Job) -> dict[str, Any]:
+def read_state(job: GridJob) -> dict[str, Any]:
     try:
         data = json.loads(state_path(job).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -82,18 +83,14 @@ def read_state(job: Job) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def write_state(job: Job, **fields: Any) -> dict[str, Any]:
+def write_state(job: GridJob, **fields: Any) -> dict[str, Any]:
     """Replace the job's state with `fields` (attempts carried over unless given)."""
-    path = state_path(job)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {"attempts": read_state(job).get("attempts", 0), **fields}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(state_path(job), json.dumps(state, sort_keys=True) + "\n")
     return state
 
 
-def touch_state(job: Job) -> None:
+def touch_state(job: GridJob) -> None:
     """Mark the job's state as fresh (the heartbeat of a running job)."""
     try:
         os.utime(state_path(job))
@@ -101,7 +98,7 @@ def touch_state(job: Job) -> None:
         pass
 
 
-def _fresh(job: Job) -> bool:
+def _fresh(job: GridJob) -> bool:
     try:
         return time.time() - state_path(job).stat().st_mtime < STALE_S
     except OSError:
@@ -128,7 +125,7 @@ def _not_zombie(pid: int) -> bool:
     return fields[0] != "Z"
 
 
-def is_done(job: Job) -> bool:
+def is_done(job: GridJob) -> bool:
     """The job's done file is whole and, for a run batch, complete (module docstring)."""
     try:
         data = json.loads((job.out / job.done_file).read_text(encoding="utf-8"))
@@ -139,7 +136,7 @@ def is_done(job: Job) -> bool:
     return job.done_file != DONE_FILES["run"] or data.get("complete") is True
 
 
-def job_status(job: Job) -> Status:
+def job_status(job: GridJob) -> Status:
     """The job's status (module docstring)."""
     if is_done(job):
         return "done"
@@ -150,7 +147,7 @@ def job_status(job: Job) -> Status:
     return "failed" if state.get("state") == "failed" else "pending"
 
 
-def interrupted(job: Job) -> bool:
+def interrupted(job: GridJob) -> bool:
     """True for a pending job that has started before: the grid stopped it, or its folder
     holds something."""
     if read_state(job).get("state") in ("interrupted", "requeued"):
@@ -158,7 +155,7 @@ def interrupted(job: Job) -> bool:
     return job.out.is_dir() and any(job.out.iterdir())
 
 
-def last_lines(job: Job, count: int) -> list[str]:
+def last_lines(job: GridJob, count: int) -> list[str]:
     """The last `count` lines of the job's log (none when it has no log)."""
     try:
         with log_path(job).open("rb") as log:
@@ -170,5 +167,5 @@ def last_lines(job: Job, count: int) -> list[str]:
     return tail.splitlines()[-count:] if count > 0 else []
 
 
-def statuses(jobs: Iterable[Job]) -> dict[str, Status]:
+def statuses(jobs: Iterable[GridJob]) -> dict[str, Status]:
     return {job.key: job_status(job) for job in jobs}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lcb.grid.plan import Job
+from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 from lcb.grid.state import STATUSES, interrupted, job_status, last_lines, read_state
 
@@ -24,7 +24,7 @@ def _counts() -> dict[str, int]:
     return dict.fromkeys(STATUSES, 0)
 
 
-def grid_status(spec: GridSpec, jobs: Sequence[Job], *, lines: int = 5) -> dict[str, Any]:
+def grid_status(spec: GridSpec, jobs: Sequence[GridJob], *, lines: int = 5) -> dict[str, Any]:
     """The status report of `jobs` (module docstring)."""
     axes = {name: values for name, values in spec.axis_values().items() if len(values) > 1}
     total = _counts()

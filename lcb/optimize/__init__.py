@@ -2,9 +2,13 @@
 
 Modules (each small, each with its contract in its docstring; `docs/protocol.md` for users):
 - `job`, `phases`: which phases run, and the three phases themselves.
-- `method`: the interface a method sees (`OptimizeContext`, `Rollout`); `methods/`: the methods.
-- `context`: the optimize phase's context; `journal` (charged rollouts, kept whole, and the
-  history) and `calls` (uncharged reflect / judge / probe calls) make a job resume by replay.
+- `method`: the interface a method sees (`OptimizeContext`: `TeamSpec`, `Evaluator`,
+  `LanguageModels`, `Recorder`; `Rollout`); `methods/`: the methods; `strategies/`: what the
+  native methods share (seeded batch sampling, the paired gate).
+- `context`: the optimize phase's context, composed of `evaluator` (charged rollouts with
+  replay), `recorder` (history, checkpoints) and the uncharged calls; `journal` (charged
+  rollouts, kept whole, and the history) and `calls` (uncharged reflect / judge / probe calls)
+  make a job resume by replay.
 - `teamrun`, `gradecache`, `outcomes`: one graded team run, its grade cache, and how an outcome
   counts (usable, refused by the server, abstaining, infrastructure); `evaluation`: the
   uncharged, per-item-resumable evaluations of validate and test.

@@ -17,7 +17,7 @@ Contract of `aggregate(root, split_mixed=False)`:
 - Per seed: baseline and deployed pass@1 in points, Δ, the discordant counts (b: only the
   baseline passed, c: only the deployed bundle passed), the exact McNemar p-value and `cost`
   (`lcb.optimize.jobcost.read_cost`). Per group: mean and sample std of Δ over seeds, the
-  seed-stratified paired bootstrap CI (`lcb.optimize.stats`) and `cost`: the budget, and the
+  seed-stratified paired bootstrap CI (`lcb.stats`) and `cost`: the budget, and the
   means per seed (over seeds that record them) of charged rollouts, proposals, accepted ones,
   infrastructure failures (`infra_failures_mean`: rollout attempts lost to an endpoint, a
   timeout or grading, never charged) and uncharged tokens (prompt + completion) per kind.
@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lcb.optimize import stats
+from lcb import stats
+from lcb.io import write_json
 from lcb.optimize.artifacts import Artifact, ArtifactError, JobResult, JobSpec, read_model
 from lcb.optimize.fingerprint import (
     ABSENT,
@@ -56,7 +57,6 @@ from lcb.optimize.fingerprint import (
     value_at,
 )
 from lcb.optimize.jobcost import KINDS, read_cost
-from lcb.runs.rundir import write_json
 
 CELL_KEYS = ("method", "dataset", "topology", "team_size", "communication", "model")
 
@@ -66,7 +66,7 @@ class AggregateError(ValueError):
 
 
 @dataclass(frozen=True)
-class Job:
+class FinishedJob:
     """One complete job: its settings, its result, its spend and where it lives."""
 
     path: Path
@@ -91,15 +91,17 @@ class Job:
         return {**self.settings, "conformant": self.conformant}
 
 
-def _read_job(folder: Path, spec: JobSpec) -> Job:
+def _read_job(folder: Path, spec: JobSpec) -> FinishedJob:
     raw = json.loads((folder / Artifact.JOB).read_text(encoding="utf-8"))
     settings = settings_of(raw, defaults=spec.model_dump(mode="json"))
     conformant = bool(raw.get("conformant", getattr(spec, "conformant", False)))
-    return Job(folder, spec, settings, conformant, read_model(folder / Artifact.RESULT, JobResult),
-               read_cost(folder, budget=settings.get("budget")), dict(raw.get("provenance") or {}))
+    return FinishedJob(folder, spec, settings, conformant,
+                       read_model(folder / Artifact.RESULT, JobResult),
+                       read_cost(folder, budget=settings.get("budget")),
+                       dict(raw.get("provenance") or {}))
 
 
-def find_jobs(root: Path) -> tuple[list[Job], list[dict[str, str]]]:
+def find_jobs(root: Path) -> tuple[list[FinishedJob], list[dict[str, str]]]:
     """Complete jobs under `root` (sorted by path) and the incomplete ones with a reason."""
     root = Path(root)
     if not root.is_dir():
@@ -124,7 +126,7 @@ class Group:
     fingerprint: str
     conformant: bool
     differs: dict[str, Any]
-    jobs: list[Job]
+    jobs: list[FinishedJob]
 
 
 def _cell_label(cell: tuple) -> str:
@@ -132,13 +134,13 @@ def _cell_label(cell: tuple) -> str:
     return f"{method} on " + "/".join(str(part) for part in where if part is not None)
 
 
-def _groups(jobs: Iterable[Job], *, split_mixed: bool) -> list[Group]:
-    cells: dict[tuple, list[Job]] = defaultdict(list)
+def _groups(jobs: Iterable[FinishedJob], *, split_mixed: bool) -> list[Group]:
+    cells: dict[tuple, list[FinishedJob]] = defaultdict(list)
     for job in jobs:
         cells[job.cell].append(job)
     groups = []
     for cell, members in cells.items():
-        parts: dict[tuple, list[Job]] = defaultdict(list)
+        parts: dict[tuple, list[FinishedJob]] = defaultdict(list)
         for job in members:
             parts[(job.fingerprint, job.conformant)].append(job)
         paths = differing([job.view for job in members]) if len(parts) > 1 else []
@@ -154,9 +156,9 @@ def _groups(jobs: Iterable[Job], *, split_mixed: bool) -> list[Group]:
     return sorted(groups, key=lambda g: (repr(g.cell), g.fingerprint, g.conformant))
 
 
-def _by_seed(jobs: list[Job]) -> list[Job]:
+def _by_seed(jobs: list[FinishedJob]) -> list[FinishedJob]:
     """The jobs in seed order (the bootstrap draws in that order); a seed twice raises."""
-    seen: dict[int, Job] = {}
+    seen: dict[int, FinishedJob] = {}
     for job in jobs:
         if job.spec.seed in seen:
             raise AggregateError(f"two results for the same group and seed {job.spec.seed}: "
@@ -166,7 +168,7 @@ def _by_seed(jobs: list[Job]) -> list[Job]:
 
 
 # --- statistics ----------------------------------------------------------------------------
-def _seed_row(job: Job) -> dict[str, Any]:
+def _seed_row(job: FinishedJob) -> dict[str, Any]:
     pairs = [(item.baseline, item.deployed) for item in job.result.items]
     b, c = stats.paired_counts(pairs)
     return {"seed": job.spec.seed, "path": str(job.path), "n_items": len(pairs),
@@ -217,8 +219,8 @@ def _apply_holm(groups: list[dict[str, Any]]) -> None:
             row["p_holm"] = adjusted
 
 
-def group_rows(jobs: Iterable[Job], *, resamples: int = stats.BOOTSTRAP_RESAMPLES,
-               rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL,
+def group_rows(jobs: Iterable[FinishedJob], *, resamples: int = stats.PAIRED_RESAMPLES,
+               rng_seed: int = stats.PAIRED_SEED, level: float = stats.CI_LEVEL,
                split_mixed: bool = False) -> list[dict[str, Any]]:
     """One row per group of `jobs` (cell and settings), Holm-corrected within each
     (dataset × model) family: the summary's `groups`, for jobs gathered from anywhere."""
@@ -228,8 +230,8 @@ def group_rows(jobs: Iterable[Job], *, resamples: int = stats.BOOTSTRAP_RESAMPLE
     return groups
 
 
-def aggregate(root: Path, *, resamples: int = stats.BOOTSTRAP_RESAMPLES,
-              rng_seed: int = stats.BOOTSTRAP_SEED, level: float = stats.CI_LEVEL,
+def aggregate(root: Path, *, resamples: int = stats.PAIRED_RESAMPLES,
+              rng_seed: int = stats.PAIRED_SEED, level: float = stats.CI_LEVEL,
               split_mixed: bool = False) -> dict[str, Any]:
     """The JSON-able summary of every job under `root` (see the module contract)."""
     jobs, incomplete = find_jobs(root)
@@ -304,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Pair seeds per cell and report Δ, a bootstrap CI, McNemar tests and spend.")
     parser.add_argument("root", type=Path, help="directory holding job directories (any depth)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON summary here")
-    parser.add_argument("--resamples", type=int, default=stats.BOOTSTRAP_RESAMPLES)
-    parser.add_argument("--rng-seed", type=int, default=stats.BOOTSTRAP_SEED)
+    parser.add_argument("--resamples", type=int, default=stats.PAIRED_RESAMPLES)
+    parser.add_argument("--rng-seed", type=int, default=stats.PAIRED_SEED)
     parser.add_argument("--split-mixed", action="store_true",
                         help="report each settings fingerprint of a cell as its own group "
                              "instead of refusing a cell whose seeds differ")

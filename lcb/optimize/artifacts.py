@@ -15,7 +15,7 @@ Layout:
                               optimization has kind "final"
     DIR/rollouts.jsonl, transcripts/, calls.jsonl.gz, checkpoint.json, ledger.json
                               the optimize phase's journal (`lcb.optimize.journal`,
-                              `lcb.optimize.calls`, `lcb.optimize.context`)
+                              `lcb.optimize.calls`, `lcb.optimize.recorder`)
     DIR/selection.json        `SelectionDecision`: seed vs incumbent on the full validation split;
                               sealed once (never rewritten) before any test row is loaded
     DIR/evals/<phase>_<label>.jsonl   evaluation records (lcb.runs.records format, one per item,
@@ -42,11 +42,11 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, model_validator
 
-from lcb.io import BadJson, json_text, loads
+from lcb.io import BadJson, json_text, loads, write_json
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.conformance import STANDARD_SPLIT_SIZES, Requirement
 from lcb.runs.records import RecordsError, pass_at_1, read_records
-from lcb.runs.rundir import now_iso, write_json
+from lcb.runs.rundir import now_iso
 
 NOT_SETTINGS = frozenset({"provenance", "conformance", "conformant", "deviations"})
 M = TypeVar("M", bound=BaseModel)

@@ -46,7 +46,7 @@ from lcb.agents.endpoints import redact_url
 from lcb.agents.llm import ModelCallError, ModelGateway
 from lcb.agents.models import ModelConfig, resolve_model
 from lcb.agents.usage import CallTag, UsageLedger
-from lcb.io import BadJson, json_text, loads
+from lcb.io import BadJson, atomic_writer, json_text, loads
 from lcb.optimize.artifacts import ArtifactError
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.method import ReflectionError
@@ -159,11 +159,10 @@ def _read_calls(path: Path) -> list[dict[str, Any]]:
 
 
 def _rewrite(path: Path, lines: Sequence[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.GzipFile(tmp, mode="wb", mtime=0) as stream:
+    with atomic_writer(path) as handle, gzip.GzipFile(filename="", mode="wb", fileobj=handle,
+                                                     mtime=0) as stream:
         for line in lines:
             stream.write((json_text(line) + "\n").encode("utf-8"))
-    os.replace(tmp, path)
 
 
 def _messages_json(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:

@@ -50,7 +50,7 @@ from lcb.agents.prompts import (  # the hashes are re-exported
     prompt_hash,
 )
 from lcb.data.hub import HUB_DATASET
-from lcb.runs.rundir import write_json
+from lcb.io import write_json
 
 if TYPE_CHECKING:
     from lcb.optimize.artifacts import JobSpec

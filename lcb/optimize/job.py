@@ -6,7 +6,7 @@ Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
   pinned its seed bundle (`ArtifactError` naming the role and file), a split file that does
   not fit the data (`SplitError`), an `--out` holding another job (`ArtifactError`), an
   endpoint that does not answer (`EndpointError`). An interrupted optimization is resumed by
-  replaying its journal (`lcb.optimize.context`), unless `restart_optimization`.
+  replaying its journal (`lcb.optimize.evaluator`), unless `restart_optimization`.
 - Splits: `config.splits`, else the job's own `splits.json` (a rerun), else the standard file
   (`benchmarks/lcb/lcb_splits.json`) for the default hub source, else the documented rule
   (`lcb.optimize.splits`) applied to `config.data`. The job keeps a copy in `DIR/splits.json`
@@ -237,7 +237,7 @@ async def run_job(config: JobConfig) -> dict[str, Any]:
         splits.save(out / SPLITS_FILE)
     todo = pending_phases(config, out)
     log.info("job %s: phases to run: %s", out, ", ".join(todo) or "none")
-    job = phases.Job(out=out, cell=cell, seed_bundle=seed, splits=splits,
+    job = phases.PhaseJob(out=out, cell=cell, seed_bundle=seed, splits=splits,
                      optimizer_seed=config.seed, data=config.data, release=config.release)
     with GradingPool(config.grade_workers, sandbox=config.sandbox) as pool:
         if todo:  # prove the grader works here before the first rollout
@@ -248,8 +248,9 @@ async def run_job(config: JobConfig) -> dict[str, Any]:
     return phases.summary(out, spec, ran=[phase.value for phase in todo])
 
 
-async def _run_phase(phase: JobPhase, job: phases.Job, config: JobConfig, pool: GradingPool, *,
-                     optimizer: Optimizer, reflection: ModelConfig) -> None:
+async def _run_phase(phase: JobPhase, job: phases.PhaseJob, config: JobConfig,
+                     pool: GradingPool, *, optimizer: Optimizer,
+                     reflection: ModelConfig) -> None:
     """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise."""
     greedy = phase is not JobPhase.OPTIMIZE
     runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model,

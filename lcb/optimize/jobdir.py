@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from lcb.io import write_json
 from lcb.optimize.artifacts import (
     Artifact,
     ArtifactError,
@@ -25,7 +26,7 @@ from lcb.optimize.artifacts import (
     read_model,
     write_model,
 )
-from lcb.runs.rundir import now_iso, write_json
+from lcb.runs.rundir import now_iso
 
 
 def open_job_dir(out: Path, spec: JobSpec, *, restart_optimization: bool = False) -> Path:

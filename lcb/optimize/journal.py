@@ -32,7 +32,7 @@ from typing import Any
 from lcb.grading import Grade
 from lcb.grading.grades import Feedback, TestOutcome
 from lcb.grading.verdicts import Verdict
-from lcb.io import BadJson, json_text, loads
+from lcb.io import BadJson, json_text, loads, write_text
 from lcb.optimize.artifacts import (
     Artifact,
     ArtifactError,
@@ -166,7 +166,6 @@ class RolloutJournal:
         write_transcript(self.dir / name, {"team": dataclasses.asdict(rollout.team),
                                            "grade": _grade_record(rollout.grade),
                                            "feedback": rollout.feedback})
-        _fsync(self.dir / name)
         line = rollout_line(rollout, charged=charged, transcript=name)
         _append_line(self.path, line)
         self.lines.append(line)
@@ -181,9 +180,7 @@ class RolloutJournal:
         kept = [line for line in self.lines if line.get("key") not in gone]
         dropped = len(self.lines) - len(kept)
         if dropped:
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json_text(line) + "\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_text(self.path, "".join(json_text(line) + "\n" for line in kept))
             self.lines = kept
             self._by_key = {}
             for line in kept:
@@ -197,14 +194,6 @@ def _append_line(path: Path, line: dict[str, Any]) -> None:
         handle.write(json_text(line) + "\n")  # any string: see lcb.io.json_text
         handle.flush()
         os.fsync(handle.fileno())
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
@@ -272,9 +261,7 @@ class HistoryLog:
     def _truncate(self, keep: int) -> None:
         lines = self.path.read_text(encoding="utf-8").split("\n")
         kept = [line for line in lines if line.strip()][:keep]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(line + "\n" for line in kept))
         self._old = self._old[:keep]
 
 

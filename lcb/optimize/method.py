@@ -5,8 +5,15 @@ Contract:
   called with keyword settings only (none are required), returns an object with a `key` and
   `async optimize(ctx) -> dict[str, str]`: the incumbent bundle, a NEW dict keeping exactly the
   seed's roles. It never mutates `ctx.seed_bundle` (a read-only mapping anyway).
-- The method sees the data only through `ctx.data` (`OptimizerData`: train and validation
-  problems). Test rows are not loaded while it runs.
+- The context (`OptimizeContext`) is four parts in one object; a method's pieces take the
+  part they use, typed as that part:
+  - `TeamSpec`: the cell (topology, size, communication, roles, agents, graph), the seed
+    bundle, the optimizer seed, and `validate` (the bundle check). Free.
+  - `Evaluator`: `data` (train and validation problems only: test rows are not loaded while
+    the method runs), `ledger` (the budget), `rollout` / `rollouts` (the only charged calls).
+  - `LanguageModels`: `reflect`, `judge`, `probe`, `embed`. Uncharged, ledgered per kind.
+  - `Recorder`: `record_candidate`, `record_proposal`, `checkpoint`, `restore`.
+  `Uncharged` is `TeamSpec` and `LanguageModels` together: what a judge or a proposer needs.
 - `ctx.rollout(...)` runs one problem through the whole team with a candidate bundle and grades
   the submitted program on the hidden tests (fail-fast; the first `--opt-tests` tests when set).
   Each call that returns a `Rollout` was charged one unit of `ctx.ledger`, except a *replay*: a
@@ -21,6 +28,7 @@ Contract:
 - Resume: a rerun of an interrupted job serves every journaled rollout and model answer again
   (uncharged the second time), so a deterministic method retraces its path; `ctx.checkpoint`
   / `ctx.restore` let a method skip ahead instead.
+- Shared strategies (`lcb.optimize.strategies`): seeded batch sampling and the paired gate.
 """
 
 from __future__ import annotations
@@ -77,9 +85,8 @@ class Rollout:
         return role_io(self.team.transcript)
 
 
-@runtime_checkable
-class OptimizeContext(Protocol):
-    """What a method gets: the cell, the seed bundle, the data, the budget and the model calls.
+class TeamSpec(Protocol):
+    """What is optimized: the team's cell, its seed bundle and the job's seed. Free to read.
 
     Attributes:
         topology: the team (`single`, `independent`, `sequential`, `centralized`,
@@ -90,9 +97,8 @@ class OptimizeContext(Protocol):
         roles: the team's prompt slots, in team order (the keys of `seed_bundle`).
         agents: the team's agent ids in layout order (what `active` masks name); for `single`,
             `("solver",)`.
-        data: train and validation problems only.
-        ledger: the job's budget ledger (read `available`, `charged`, `exhausted`).
-        optimizer_seed: the job's seed (0, 1, 2, ...); seed any RNG of the method from it.
+        optimizer_seed: the job's seed (0, 1, 2, ...); seed any RNG of the method from it
+            (`lcb.optimize.strategies.batches.seeded_rng`).
     """
 
     topology: str
@@ -101,9 +107,29 @@ class OptimizeContext(Protocol):
     seed_bundle: Mapping[str, str]
     roles: tuple[str, ...]
     agents: tuple[str, ...]
+    optimizer_seed: int
+
+    @property
+    def graph(self) -> TeamGraph:
+        """The team graph: roles, their edges, agent ids (`lcb.optimize.graph`)."""
+        ...
+
+    def validate(self, bundle: Mapping[str, object]) -> Bundle:
+        """A trimmed copy of `bundle`; raises `lcb.optimize.bundle.BundleError` when it drops or
+        adds a role, leaves a role empty, an unclosed fence, or an unfilled template slot."""
+        ...
+
+
+class Evaluator(Protocol):
+    """Charged rollouts on the train and validation rows, and the budget they draw on.
+
+    Attributes:
+        data: train and validation problems only (test rows are not loaded).
+        ledger: the job's budget ledger (read `available`, `charged`, `exhausted`, `total`).
+    """
+
     data: OptimizerData
     ledger: BudgetLedger
-    optimizer_seed: int
 
     async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
                       active: frozenset[str] | None = None) -> Rollout | None:
@@ -115,6 +141,11 @@ class OptimizeContext(Protocol):
                        iteration: int) -> list[Rollout | None]:
         """`rollout` for each problem, concurrently (bounded); results in the order given."""
         ...
+
+
+class LanguageModels(Protocol):
+    """Model calls outside the team run: never charged, always ledgered per kind and kept
+    whole in `calls.jsonl.gz` (a resumed job gets the same answers back)."""
 
     async def reflect(self, prompt: str, *, purpose: str, temperature: float | None = None,
                       max_tokens: int | None = None) -> str:
@@ -140,13 +171,13 @@ class OptimizeContext(Protocol):
         ...
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit-length sentence embeddings of `texts` (`lcb.optimize.embed`)."""
+        """Unit-length sentence embeddings of `texts` (`lcb.optimize.embed`; no call is
+        ledgered: the model runs locally)."""
         ...
 
-    @property
-    def graph(self) -> TeamGraph:
-        """The team graph: roles, their edges, agent ids (`lcb.optimize.graph`)."""
-        ...
+
+class Recorder(Protocol):
+    """The job's record of what the method did: `history.jsonl` and `checkpoint.json`."""
 
     def record_candidate(self, bundle: Mapping[str, str], *, scores: Mapping[str, float],
                          note: str = "", iteration: int | None = None,
@@ -180,10 +211,19 @@ class OptimizeContext(Protocol):
         checkpoint, for a method that resumes from the state instead of retracing."""
         ...
 
-    def validate(self, bundle: Mapping[str, object]) -> Bundle:
-        """A trimmed copy of `bundle`; raises `lcb.optimize.bundle.BundleError` when it drops or
-        adds a role, leaves a role empty, an unclosed fence, or an unfilled template slot."""
-        ...
+
+class Uncharged(TeamSpec, LanguageModels, Protocol):
+    """The parts that spend no budget: the team's facts and the uncharged model calls. A piece
+    typed with it (a judge, a proposer) cannot run a rollout or write the history."""
+
+
+@runtime_checkable
+class OptimizeContext(TeamSpec, Evaluator, LanguageModels, Recorder, Protocol):
+    """What a method gets: one object that is all four parts (`TeamSpec`, `Evaluator`,
+    `LanguageModels`, `Recorder`). A method's `optimize` takes it whole; the pieces of a
+    method take the part they use, typed as that part, so their signatures say what they
+    can spend (only an `Evaluator` charges the budget) and a test can hand them a fake of
+    that part alone."""
 
 
 class ReflectionError(RuntimeError):

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lcb.text import ELLIPSIS, HEAD_ONLY, clip
+
 MISCONFIGURED_STREAK = 10
 MESSAGE_CLIP = 300
 _LIMIT = re.compile(r"context(?: length| window)?(?: is|:)? *\(?(\d[\d,]*)", re.IGNORECASE)
@@ -40,9 +42,9 @@ _HINT = ("check the model id, that the endpoint supports tool calls (vLLM: "
          "model's context length")
 
 
-def clip(text: str, limit: int = MESSAGE_CLIP) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "..."
+def one_line(text: str, limit: int = MESSAGE_CLIP) -> str:
+    """`text` on one line (each run of whitespace one space), cut after `limit` characters."""
+    return clip(" ".join(text.split()), limit, head=HEAD_ONLY, note=ELLIPSIS)
 
 
 def _number(text: str) -> int:
@@ -66,11 +68,11 @@ def refusal_feedback(message: str, *, status: int = 400) -> str:
     head = f"the model server refused the request (HTTP {status})"
     overflow = context_overflow(message)
     if overflow is None:
-        return f"{head}: {clip(message)}"
+        return f"{head}: {one_line(message)}"
     tokens, limit = overflow
     of_limit = f" (the model's limit is {limit})" if limit else ""
     return (f"{head}: prompt exceeded the model's context: {tokens} tokens{of_limit}\n"
-            f"server: {clip(message)}")
+            f"server: {one_line(message)}")
 
 
 class InfraFailure(Exception):
@@ -168,7 +170,8 @@ class RefusalWatch:
         rows = tuple(self.rows)
         self.tripped = Misconfigured(
             f"the job looks misconfigured: the model server {what} (e.g. {', '.join(rows[:3])}): "
-            f"the server said: {clip(self.message or '')}; nothing was charged for them; {_HINT}",
+            f"the server said: {one_line(self.message or '')}; nothing was charged for them; "
+            f"{_HINT}",
             rows=rows, refunded=tuple(self.refusals))
 
     def state(self) -> dict[str, Any]:

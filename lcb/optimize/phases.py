@@ -16,6 +16,7 @@ from typing import Any
 from lcb.agents.models import ModelConfig
 from lcb.data.problems import Problem
 from lcb.grading import GradingPool
+from lcb.io import write_json
 from lcb.optimize.artifacts import (
     Artifact,
     HistoryEntry,
@@ -34,15 +35,16 @@ from lcb.optimize.artifacts import (
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.bundle import BundleError, bundle_hash, check_bundle
 from lcb.optimize.calls import CALLS_LOG, CallJournal, ModelCalls
-from lcb.optimize.context import CHECKPOINT_FILE, JobContext
+from lcb.optimize.context import JobContext
 from lcb.optimize.evaluation import Evaluation, evaluate, score
 from lcb.optimize.jobcost import read_cost
 from lcb.optimize.journal import ABANDONED_LOG, ROLLOUT_LOG, TRANSCRIPTS
 from lcb.optimize.method import Optimizer
 from lcb.optimize.outcomes import Misconfigured
+from lcb.optimize.recorder import CHECKPOINT_FILE
 from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.runs.rundir import now_iso, write_json
+from lcb.runs.rundir import now_iso
 from lcb.teams import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
@@ -54,7 +56,7 @@ class JobError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Job:
+class PhaseJob:
     """The fixed facts of one job that every phase reads."""
 
     out: Path
@@ -69,7 +71,7 @@ class Job:
         return Evaluation(self.out, phase, label, dict(bundle), self.optimizer_seed)
 
 
-def runner(job: Job, runtime: TeamRuntime, pool: GradingPool, *, concurrency: int,
+def runner(job: PhaseJob, runtime: TeamRuntime, pool: GradingPool, *, concurrency: int,
            run_timeout_s: float, opt_tests: int | None = None) -> TeamRunner:
     """`opt_tests` (optimize phase only): grade on the first k private tests (None: all)."""
     return TeamRunner(job.cell, runtime, pool, concurrency=concurrency,
@@ -93,14 +95,14 @@ def _fresh_start(out: Path) -> None:
             path.rename(aside / path.name)
 
 
-async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budget: int,
+async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *, budget: int,
                        reflection: ModelConfig) -> dict[str, str]:
     """Run the method within `budget` charged rollouts; return (and record) its incumbent.
 
     Only train and validation rows are loaded. The history gets the seed bundle first and the
     validated incumbent last (kind "final"); a method's result that drops or adds a role, or is
     otherwise invalid, raises `JobError` and leaves the optimization interrupted. An
-    interrupted optimization is resumed: its journal is replayed (`lcb.optimize.context`).
+    interrupted optimization is resumed: its journal is replayed (`lcb.optimize.evaluator`).
     """
     _fresh_start(job.out)
     data = load_optimizer_data(job.splits, data=job.data, release=job.release)
@@ -140,7 +142,7 @@ async def run_optimize(job: Job, team: TeamRunner, optimizer: Optimizer, *, budg
     return incumbent
 
 
-async def run_validate(job: Job, team: TeamRunner) -> SelectionDecision:
+async def run_validate(job: PhaseJob, team: TeamRunner) -> SelectionDecision:
     """Seed vs incumbent on the whole validation split (greedy, paired seeds); seal the choice."""
     history = read_history(job.out)
     if not history or history[-1].kind != "final":
@@ -163,7 +165,7 @@ async def run_validate(job: Job, team: TeamRunner) -> SelectionDecision:
     return decision
 
 
-async def run_test(job: Job, team: TeamRunner) -> JobResult:
+async def run_test(job: PhaseJob, team: TeamRunner) -> JobResult:
     """Seed and deployed bundles on the test split (greedy, paired seeds); write the results."""
     selection = read_selection(job.out)
     problems: list[Problem] = load_test_problems(job.splits, job_dir=job.out, data=job.data,

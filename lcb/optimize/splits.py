@@ -48,8 +48,8 @@ from lcb.data.datasets import Loaded, Selection, load_problems
 from lcb.data.hub import REVISION_ENV, fetch_release
 from lcb.data.manifest import MANIFEST_PATH, eval_ids
 from lcb.data.problems import Problem
+from lcb.io import write_json
 from lcb.optimize.artifacts import STANDARD_SPLIT_SIZES, ArtifactError, read_selection
-from lcb.runs.rundir import write_json
 
 SPLIT_SEED = 20230501  # release_v1's first contest month; fixed forever for reproducibility
 STANDARD_SIZES = STANDARD_SPLIT_SIZES

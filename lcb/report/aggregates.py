@@ -7,9 +7,12 @@ Contract of `build(sources, title=..., baseline=...)`:
 - `baseline`: the label flips compare against: the condition at `baseline` (a path, matched
   against each condition's folder or file), else the first `single` run, else the first
   condition. `flips`: `pairs` (`lcb.report.flips.pair` of the baseline and each other
-  condition) and `matrix` (problem × condition, 0/1).
-- `teams`: per multi-agent run, the `single` run and the `independent` run with as many agents
-  (equal compute) of the same model beside it, when present.
+  condition) and `matrix` (problem × condition, 0/1). Reference solutions graded by `lcb score
+  --references` (`is_reference`) are no model's programs: never the default baseline, and in
+  no pair unless named as `baseline`.
+- `teams`: per multi-agent run (`lcb.registry.INTERACTING_TOPOLOGIES`), the `single` run and
+  the `independent` run with as many agents (equal compute) of the same model beside it, when
+  present.
 - `grader_disagreements`: per two conditions that graded the same programs (the same
   predictions file, line by line) with different graders: the lines compared and the ids whose
   verdicts differ. A results summary names its predictions file as given to `lcb score`; a
@@ -28,14 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from lcb import __version__
-from lcb.optimize.aggregate import Job
-from lcb.optimize.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL
+from lcb.optimize.aggregate import FinishedJob
+from lcb.registry import INTERACTING_TOPOLOGIES
 from lcb.report import flips, grid, metrics
 from lcb.report.collect import Condition, ReportError, Sources
 from lcb.report.metrics import Shown
 from lcb.runs.rundir import PREDICTIONS, now_iso
+from lcb.runs.scoring import PROGRAMS, REFERENCE
+from lcb.stats import CI_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED
 
-MULTI = ("sequential", "centralized", "decentralized")
+
+def is_reference(cond: Condition) -> bool:
+    """A results file of the sample set's reference solutions (`lcb score --references`)."""
+    return cond.kind == "score" and cond.summary.get(PROGRAMS) == REFERENCE
 
 
 def choose_baseline(conditions: list[Condition], path: Path | None) -> Condition | None:
@@ -49,7 +57,7 @@ def choose_baseline(conditions: list[Condition], path: Path | None) -> Condition
     for cond in conditions:
         if cond.kind == "run" and metrics.provenance(cond)["topology"] == "single":
             return cond
-    return conditions[0] if conditions else None
+    return next((cond for cond in conditions if not is_reference(cond)), None)
 
 
 def _pareto(rows: list[dict[str, Any]]) -> None:
@@ -74,7 +82,7 @@ def _teams(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     teams = []
     for row in rows:
         prov = row["provenance"]
-        if prov["topology"] in MULTI:
+        if prov["topology"] in INTERACTING_TOPOLOGIES:
             teams.append({"team": row["label"], "topology": prov["topology"],
                           "agents": prov["team_size"],
                           "single": find("single", prov["model"]),
@@ -101,7 +109,8 @@ def _graded_file(cond: Condition) -> tuple[Path | None, str | None]:
 def _by_line(cond: Condition) -> dict[int, dict[str, Any]]:
     if cond.kind == "run":
         return dict(enumerate(cond.records, 1))
-    return {int(r["line"]): r for r in cond.records if r.get("line") is not None}
+    # A results line's `line` is lcb score's; a hand-made file may hold anything there.
+    return {r["line"]: r for r in cond.records if type(r.get("line")) is int}
 
 
 def grader_disagreements(conditions: list[Condition]) -> list[dict[str, Any]]:
@@ -137,7 +146,7 @@ def _portable(row: dict[str, Any], shown: Shown) -> None:
         row["differs"] = {**row["differs"], "data": shown(row["differs"]["data"])}
 
 
-def _grid(jobs: list[Job], incomplete: list[dict[str, str]], resamples: int,
+def _grid(jobs: list[FinishedJob], incomplete: list[dict[str, str]], resamples: int,
           shown: Shown) -> dict[str, Any]:
     rows = grid.groups(jobs, resamples=resamples) if jobs else []
     by_path = {str(job.path): job for job in jobs}
@@ -146,7 +155,7 @@ def _grid(jobs: list[Job], incomplete: list[dict[str, str]], resamples: int,
         _portable(row, shown)
     incomplete = [{**entry, "path": shown(entry["path"])} for entry in incomplete]
     return {"groups": rows, "heatmap": grid.heatmap(rows), "incomplete": incomplete,
-            "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": BOOTSTRAP_SEED,
+            "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": PAIRED_SEED,
                          "ci_level": CI_LEVEL, "holm_family": ["dataset", "model"],
                          "alpha": grid.ALPHA,
                          "significant": "every seed's Holm-adjusted McNemar p < alpha",
@@ -154,7 +163,7 @@ def _grid(jobs: list[Job], incomplete: list[dict[str, str]], resamples: int,
 
 
 def build(sources: Sources, *, title: str = "lcb report", baseline: Path | None = None,
-          resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
+          resamples: int = PAIRED_RESAMPLES) -> dict[str, Any]:
     """The report's aggregates (module contract)."""
     conds = sources.conditions
     rows = [{"label": c.label, "provenance": metrics.provenance(c, shown=sources.shown),
@@ -162,7 +171,8 @@ def build(sources: Sources, *, title: str = "lcb report", baseline: Path | None 
              "health": metrics.health(c)} for c in conds]
     _pareto(rows)
     base = choose_baseline(conds, baseline)
-    pairs = [flips.pair(base, c) for c in conds if c is not base] if base else []
+    pairs = ([flips.pair(base, c) for c in conds if c is not base and not is_reference(c)]
+             if base else [])
     release_v1 = (any(r["provenance"]["release"] == "release_v1" for r in rows)
                   or any(job.spec.release == "release_v1" and not job.spec.data
                          for job in sources.jobs))

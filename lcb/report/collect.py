@@ -5,7 +5,9 @@ Contract of `collect(paths)`:
   (`RESULTS.jsonl` with `RESULTS.summary.json` beside it; either file may be named), an
   optimizer job directory (`job.json`) or any folder holding these at any depth. A path that
   holds none of them raises `ReportError` naming it; so does a malformed file (the message of
-  `RecordsError` / `ArtifactError`, which names the file and line).
+  `RecordsError` / `ArtifactError`, which names the file and line), except for the lines of a
+  results file: a line that is not a readable record is left out and named in its
+  condition's `skipped` (the rest of the file is shown).
 - Every run and results file becomes a `Condition` (runs first, single-agent ones first, in
   the order teams are introduced, then results files), with a label unique within the report (the
   folder or file name, prefixed with parent folders until no two labels clash), its records,
@@ -30,15 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lcb.optimize.aggregate import Job, find_jobs
+from lcb.optimize.aggregate import FinishedJob, find_jobs
 from lcb.optimize.artifacts import Artifact, ArtifactError
+from lcb.registry import TOPOLOGIES  # runs in the order teams are introduced
 from lcb.runs.outcomes import transcript_path
-from lcb.runs.records import RecordsError, read_records
+from lcb.runs.records import RecordsError, read_readable, read_records
 from lcb.runs.rundir import PREDICTIONS, RunPaths, read_transcript
 from lcb.runs.scoring import summary_path
 
 SUMMARY_SUFFIX = ".summary.json"
-TEAM_ORDER = ("single", "independent", "sequential", "centralized", "decentralized")
 
 
 class ReportError(ValueError):
@@ -55,6 +57,7 @@ class Condition:
     records: list[dict[str, Any]]
     summary: dict[str, Any]
     manifest: dict[str, Any] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # results lines left out, and why
 
     @property
     def graded(self) -> list[dict[str, Any]]:
@@ -84,7 +87,7 @@ class Condition:
 @dataclass(frozen=True)
 class Sources:
     conditions: list[Condition]
-    jobs: list[Job]
+    jobs: list[FinishedJob]
     incomplete: list[dict[str, str]]
     root: Path | None = None
 
@@ -109,7 +112,7 @@ def collect(paths: list[Path]) -> Sources:
     """Every condition and optimizer job under `paths` (see the module contract)."""
     runs: dict[Path, None] = {}
     scores: dict[Path, None] = {}
-    jobs: dict[Path, Job] = {}
+    jobs: dict[Path, FinishedJob] = {}
     incomplete: dict[str, dict[str, str]] = {}
     for path in paths:
         found = _find(Path(path))
@@ -134,7 +137,7 @@ def _team_order(cond: Condition) -> tuple[int, str]:
     """Runs in the order teams are introduced (single first), then by label."""
     topology = cond.summary.get("topology") or (cond.records[0].get("topology")
                                                 if cond.records else None)
-    order = TEAM_ORDER.index(topology) if topology in TEAM_ORDER else len(TEAM_ORDER)
+    order = TOPOLOGIES.index(topology) if topology in TOPOLOGIES else len(TOPOLOGIES)
     return order, cond.label
 
 
@@ -158,7 +161,7 @@ def _find(path: Path) -> tuple[list[Path], list[Path], Path | None]:
     return runs, scores, path.resolve() if has_jobs else None
 
 
-def _jobs(root: Path) -> tuple[list[Job], list[dict[str, str]]]:
+def _jobs(root: Path) -> tuple[list[FinishedJob], list[dict[str, str]]]:
     try:
         return find_jobs(root)
     except ArtifactError as exc:
@@ -228,5 +231,9 @@ def _load_run(folder: Path, label: str) -> Condition:
 
 
 def _load_score(results: Path, label: str) -> Condition:
-    return Condition(label=label, kind="score", path=results, records=_records(results),
-                     summary=_json(summary_path(results)))
+    try:
+        records, skipped = read_readable(results)
+    except OSError as exc:
+        raise ReportError(f"{results}: not readable ({exc})") from None
+    return Condition(label=label, kind="score", path=results, records=records,
+                     summary=_json(summary_path(results)), skipped=skipped)

@@ -11,7 +11,7 @@ Contract:
   sides over the paired problems (`baseline_pass`, `other_pass`: pass@1 when each problem has
   one program; `first_sample_only` is true when either side has several, so the rates are
   of sample 0 only), `delta` (other − baseline, points) and the exact McNemar p of
-  (b = regressed, c = improved) from `lcb.optimize.stats`.
+  (b = regressed, c = improved) from `lcb.stats`.
 - `matrix(conditions)`: per problem id (sorted) its 0/1 per
   condition label (absent: the condition has no program for it).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from lcb.optimize import stats
+from lcb import stats
 from lcb.report.collect import Condition
 
 CHANGES = ("improved", "regressed", "both_right", "both_wrong")

@@ -34,7 +34,7 @@ from datetime import datetime
 from difflib import SequenceMatcher
 from typing import Any
 
-from lcb.optimize.aggregate import Job, group_rows
+from lcb.optimize.aggregate import FinishedJob, group_rows
 from lcb.optimize.artifacts import (
     Artifact,
     ArtifactError,
@@ -42,8 +42,8 @@ from lcb.optimize.artifacts import (
     read_history,
     read_selection,
 )
-from lcb.optimize.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL
 from lcb.report.collect import ReportError
+from lcb.stats import CI_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED
 
 ALPHA = 0.05
 SCORE_KEYS = ("val", "validation", "valset", "minibatch", "train")
@@ -77,9 +77,9 @@ def column(row: dict[str, Any]) -> str:
     return text
 
 
-def groups(jobs: list[Job], *, resamples: int = BOOTSTRAP_RESAMPLES) -> list[dict[str, Any]]:
+def groups(jobs: list[FinishedJob], *, resamples: int = PAIRED_RESAMPLES) -> list[dict[str, Any]]:
     """The aggregate's rows for `jobs`, split mixed, with the report's fields (contract)."""
-    rows = group_rows(jobs, resamples=resamples, rng_seed=BOOTSTRAP_SEED, level=CI_LEVEL,
+    rows = group_rows(jobs, resamples=resamples, rng_seed=PAIRED_SEED, level=CI_LEVEL,
                       split_mixed=True)
     for row in rows:
         significant = [s for s in row["seeds"] if s["p_holm"] < ALPHA]
@@ -123,7 +123,7 @@ def _score(scores: Mapping[str, float]) -> float | None:
     return float(next(iter(scores.values()))) if scores else None
 
 
-def _selection(job: Job) -> SelectionDecision | None:
+def _selection(job: FinishedJob) -> SelectionDecision | None:
     """The job's selection.json; None when there is none, `ReportError` when malformed."""
     if not (job.path / Artifact.SELECTION).is_file():
         return None
@@ -133,7 +133,7 @@ def _selection(job: Job) -> SelectionDecision | None:
         raise ReportError(f"{job.path / Artifact.SELECTION}: {exc}") from None
 
 
-def _why(job: Job) -> str:
+def _why(job: FinishedJob) -> str:
     sel = _selection(job)
     if sel is None:
         return "no selection.json"
@@ -169,7 +169,7 @@ def word_diff(old: str, new: str) -> list[tuple[str, str]]:
     return out
 
 
-def _seed_bundle(job: Job, history: list) -> dict[str, str]:
+def _seed_bundle(job: FinishedJob, history: list) -> dict[str, str]:
     path = job.path / Artifact.SEED
     if not path.is_file():
         return dict(history[0].bundle) if history else {}
@@ -182,7 +182,7 @@ def _seed_bundle(job: Job, history: list) -> dict[str, str]:
     return found
 
 
-def _bundles(job: Job, history: list) -> tuple[dict[str, str], dict[str, str]]:
+def _bundles(job: FinishedJob, history: list) -> tuple[dict[str, str], dict[str, str]]:
     seed = _seed_bundle(job, history)
     sel = _selection(job)
     if sel is not None:
@@ -190,7 +190,7 @@ def _bundles(job: Job, history: list) -> tuple[dict[str, str], dict[str, str]]:
     return seed, dict(history[-1].bundle) if history else dict(seed)
 
 
-def seed_detail(job: Job) -> dict[str, Any]:
+def seed_detail(job: FinishedJob) -> dict[str, Any]:
     """One seed's page data (module contract)."""
     history = read_history(job.path)
     curve = [{"charged": e.charged, "score": _score(e.scores), "hash": e.bundle_hash,

@@ -9,7 +9,7 @@ Contract of `write_report(sources, out, title=..., baseline=...)`:
   A problem page holds that problem's transcripts and no other's, so the index stays small.
 - Pages are rendered by jinja2 with autoescaping on: every text that came from a model
   (programs, transcripts, feedback) or from a file is escaped; only our own SVG is inserted as
-  is. Each page opens from `file://` with no server and no network (see `templates`).
+  is. Each page opens from `file://` with no server and no network (see `lcb.report.assets`).
 - The folder is written whole or not at all: into a new sibling folder, swapped in for `OUT`
   once every file is written (an earlier report there is replaced, with its stale cell and
   problem pages; a failure leaves `OUT` as it was and no half-written folder). An `OUT` that
@@ -28,33 +28,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from jinja2 import DictLoader, Environment, StrictUndefined
+from jinja2 import Environment
 
-from lcb.io import json_text, write_text
+from lcb.io import fsync_folder, json_text, write_text
 from lcb.report import aggregates, plots
-from lcb.report import detail_pages as _detail_pages  # noqa: F401 - registers templates
-from lcb.report import index_page as _index_page  # noqa: F401 - registers templates
+from lcb.report.assets import CSP, CSS, SCRIPT, environment
 from lcb.report.collect import ReportError, Sources
 from lcb.report.problems import first_records, page_name, problem_page
 from lcb.report.tables import tables
-from lcb.report.templates import CSP, CSS, SCRIPT, TEMPLATES
-
-
-def short_source(dataset: str) -> str:
-    """A local file's dataset as `local: <file name>` (the full path is in the title).
-
-    >>> short_source("local: /data/rows.jsonl"), short_source("livecodebench/x")
-    ('local: rows.jsonl', 'livecodebench/x')
-    """
-    kind, _, path = dataset.partition(": ")
-    return f"{kind}: {Path(path).name}" if path else dataset
-
-
-def environment() -> Environment:
-    env = Environment(loader=DictLoader(TEMPLATES), autoescape=True,
-                      undefined=StrictUndefined, keep_trailing_newline=True)
-    env.filters["short_source"] = short_source
-    return env
 
 
 def _render(env: Environment, name: str, path: Path, *, title: str, page_title: str,
@@ -99,10 +80,12 @@ def check_out(out: Path) -> None:
 def _swap(tmp: Path, out: Path) -> None:
     """Put the finished folder `tmp` at `out`, replacing an earlier report there."""
     old = None
+    fsync_folder(tmp)  # its files are on disk (`write_text`), and now their names too
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         os.replace(out, old / out.name)
     os.replace(tmp, out)
+    fsync_folder(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -129,7 +112,7 @@ def write_report(sources: Sources, out: Path, *, title: str = "lcb report",
 
 def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str) -> None:
     # One line, not indented: a 108-job grid's report.json is then ~40 % smaller.
-    (out / "report.json").write_text(json_text(report) + "\n", encoding="utf-8")
+    write_text(out / "report.json", json_text(report) + "\n")
     paper = tables(report)
     for name, text in paper.items():
         (out / "tables").mkdir(exist_ok=True)
@@ -138,18 +121,18 @@ def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str) -
     matrix = report["flips"]["matrix"]
     names = {pid: page_name(pid) for pid in matrix}
     groups = {g["slug"]: g for g in report["grid"]["groups"]}
-    _render(env, "index.html", out / "index.html", title=title, page_title=title, up=None,
+    _render(env, "index.html.j2", out / "index.html", title=title, page_title=title, up=None,
             report=report, svg=_svgs(report), tables=sorted(paper), groups=groups,
             labels=[c.label for c in sources.conditions], changes=_changes(report),
             problem_pages=names)
     for group in report["grid"]["groups"]:
-        _render(env, "cell.html", out / "cells" / f"{group['slug']}.html", title=title,
+        _render(env, "cell.html.j2", out / "cells" / f"{group['slug']}.html", title=title,
                 page_title=f"{group['method']} on {group['column']}", up="../index.html",
                 g=group, curve=plots.learning_curve(group["details"]))
     records = {c.label: first_records(c) for c in sources.conditions}
     for pid, name in names.items():
         page = problem_page(pid, sources.conditions, records, baseline=report["baseline"])
-        _render(env, "problem.html", out / "problems" / name, title=title,
+        _render(env, "problem.html.j2", out / "problems" / name, title=title,
                 page_title=f"Problem {pid}", up="../index.html", page=page)
 
 

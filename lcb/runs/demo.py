@@ -7,11 +7,14 @@ Contract of `run_demo(model, topology=, console=)` (returns the process exit cod
 - With no endpoint (`check_endpoint` fails): the message says which URL and model were tried and
   how to point lcb at a server; then the sample set's reference solutions are graded and their
   summary printed, labelled as reference solutions, not model output. Exit 0.
+  `grade_references` is `lcb score --data sample --references` without the files: the same
+  predictions (`lcb.runs.scoring.reference_predictions`), grading and summary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 
 from rich.console import Console
 from rich.syntax import Syntax
@@ -21,9 +24,9 @@ from lcb.agents.endpoints import redact_url
 from lcb.agents.models import EndpointError, ModelConfig, check_endpoint
 from lcb.data.datasets import Selection, load_problems
 from lcb.data.problems import Problem
-from lcb.data.samples import DEMO_IDS, reference_solution
+from lcb.data.samples import DEMO_IDS
 from lcb.grading import Grade, GradingPool
-from lcb.runs.records import summarize
+from lcb.runs import scoring
 from lcb.runs.tables import print_summary
 from lcb.teams import TeamResult, TeamRuntime, solve
 
@@ -78,15 +81,12 @@ async def _solve_demo(problems: list[Problem], model: ModelConfig, topology: str
 async def grade_references(console: Console) -> dict:
     """Grade every sample problem's reference solution; print and return the summary."""
     problems = load_problems("sample").problems
-    rows = []
-    with GradingPool() as pool:
-        grades = await asyncio.gather(
-            *(pool.grade(p, reference_solution(p.id)) for p in problems))
-    for problem, grade in zip(problems, grades, strict=True):
-        rows.append({"id": problem.id, "em": grade.em, "predicted_code": "reference",
-                     "difficulty": problem.difficulty, "platform": problem.platform})
-        console.print(f"  {problem.id:<12} {problem.mode:<10} {grade.passed}/{grade.total} tests")
-    summary = summarize(rows)
+    predictions = scoring.reference_predictions(problems)
+    lines = await scoring.score_predictions(predictions, {p.id: p for p in problems},
+                                            io.StringIO(), config=scoring.ScoreConfig())
+    for problem, line in zip(problems, lines, strict=True):
+        console.print(f"  {problem.id:<12} {problem.mode:<10} {line['pass']}/{line['total']} tests")
+    summary = scoring.summarize_scores(lines)
     console.print("[bold]Reference solutions of the sample set (NOT model output)[/]")
     print_summary(summary, console=console, title="pass@1 of the reference solutions",
                   totals=False)

@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 from lcb.agents.prompts import bundle_hashes, role_path, seed_bundle
 from lcb.data.datasets import Loaded, source_kind
 from lcb.data.hub import HUB_DATASET
+from lcb.registry import SINGLE
 from lcb.runs.checkout import git_state
 from lcb.runs.records import read_records
 from lcb.runs.rundir import OutputError, RunPaths, refuse_overwrite
 from lcb.teams import TeamOptions
+from lcb.teams.layouts import Topology
 from lcb.teams.multi import Team
 
 if TYPE_CHECKING:
@@ -78,14 +80,14 @@ def run_settings(config: RunConfig, source: Mapping[str, Any] | None = None) -> 
 
 
 def _team(topology: str, team: TeamOptions | None) -> dict[str, Any]:
-    if topology == "single":
+    if topology == SINGLE:
         return {"team_size": 1, "communication": None, "active": None, "rounds": None}
     options = team or TeamOptions()
     return {
         "team_size": Team.resolve(topology, options).layout.size,
         "communication": options.communication.value,
         "active": None if options.active is None else sorted(options.active),
-        "rounds": options.rounds_for() if topology == "decentralized" else None,
+        "rounds": options.rounds_for() if topology == Topology.DECENTRALIZED else None,
     }
 
 

@@ -30,9 +30,10 @@ from lcb.agents.llm import request_seed
 from lcb.data.datasets import Loaded
 from lcb.data.problems import Problem
 from lcb.grading import Grade
+from lcb.io import write_json
 from lcb.runs.config import RunConfig
 from lcb.runs.records import Record, read_records, record_key, summarize
-from lcb.runs.rundir import RunPaths, now_iso, write_json
+from lcb.runs.rundir import RunPaths, now_iso
 from lcb.teams import TeamResult
 
 ENDING_KEYS = ("finish_reason", "truncated", "n_truncated_calls")

@@ -15,7 +15,7 @@ Contract:
   damage a kill mid-write can cause; damage anywhere else (not UTF-8, not JSON, nested too
   deeply, not a record) raises `RecordsError` naming the line: a resume must not skip a record.
 - `pass_at_1` is the one place pass@1 is computed (`summarize`, `lcb.runs.scoring` and the optimizer
-  artifacts call it; `lcb.runs.passk` holds the estimator); `by_group` is the one per-difficulty /
+  artifacts call it; `lcb.stats` holds the estimator); `by_group` is the one per-difficulty /
   per-platform grouping.
 
 The summary (`summarize`; `lcb run`'s summary.json and `lcb score`'s RESULTS.summary.json both
@@ -31,7 +31,7 @@ hold every key of `SUMMARY_KEYS`, with these meanings):
   `em` counts an `infra` program as a failure, as LiveCodeBench would; `em_graded` is the same
   pass@1 with the `infra` programs left out (every other program counts, one without code too).
 - `pass_at_k`: {"1": pass@1, "5": ..., "10": ...}, the unbiased estimator averaged over problems,
-  for each k at most `samples_per_problem` (see `lcb.runs.passk`); "1" always equals `em`.
+  for each k at most `samples_per_problem` (see `lcb.stats`); "1" always equals `em`.
 - `ci`: the bootstrap interval of pass@1 over problems: {level, low, high, resamples, seed}.
 - `n_truncated` / `truncation_rate`: programs whose submitted answer was cut by the token limit,
   and their share of `n` (0.0 over nothing).
@@ -39,12 +39,16 @@ hold every key of `SUMMARY_KEYS`, with these meanings):
   em, n_truncated}.
 - `prompt_tokens`, `completion_tokens`, `n_llm_calls`, `n_tool_calls`, `latency_s`: sums over the
   programs (0 where the rows carry none, as for predictions scored without their run records).
+  Only well-formed values count: a whole number from 0 to 2**63 - 1 (a count), a finite number
+  of at least 0 (`latency_s`); anything else a row holds there (a string, `1e400`, NaN, a
+  negative number: `lcb score` carries its input's fields) counts 0.
 Commands add their own context: `lcb run` (see `lcb.runs.runner`) and `lcb score` (see
 `lcb.runs.scoring`) both add `n_selected` (problems selected) and `n_missing` (selected problems
 with no program at all).
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -54,7 +58,7 @@ from typing import Any
 
 from lcb.data.datasets import DIFFICULTIES
 from lcb.io import BadJson, json_text, loads
-from lcb.runs.passk import bootstrap_ci, counts, pass_at_k, problem_rates
+from lcb.stats import bootstrap_ci, counts, pass_at_k, problem_rates
 
 
 class RecordsError(ValueError):
@@ -199,6 +203,20 @@ def _checked(record: Any, path: Path, number: int) -> dict[str, Any]:
     return record
 
 
+def read_readable(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of a file that can be read, and for each line that cannot (not UTF-8, not
+    JSON, nested too deeply, not a record) its `RecordsError` message, naming the file and
+    line. For readers that show what they can (`lcb report`), never for a resume."""
+    records, unreadable = [], []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        if line.strip():
+            try:
+                records.append(_parse(line, path, number))
+            except RecordsError as exc:
+                unreadable.append(str(exc))
+    return records, unreadable
+
+
 
 
 SUMMARY_KEYS = (
@@ -307,6 +325,29 @@ def summarize(records: Iterable[Mapping[str, Any]], *, unique: bool = True) -> d
         "by_difficulty": {name: _group(group)
                           for name, group in by_group(rows, "difficulty", DIFFICULTIES).items()},
         "by_platform": {name: _group(group) for name, group in by_group(rows, "platform").items()},
-        **{key: sum(int(row.get(key) or 0) for row in rows) for key in TOTAL_KEYS},
-        "latency_s": round(sum(float(row.get("latency_s") or 0) for row in rows), 3),
+        **{key: sum(_count(row.get(key)) for row in rows) for key in TOTAL_KEYS},
+        "latency_s": round(sum(_seconds(row.get("latency_s")) for row in rows), 3),
     }
+
+
+_MAX_COUNT = 2**63 - 1  # a larger "count" is not one (and would not read back as JSON)
+
+
+def _count(value: Any) -> int:
+    """A well-formed count (a whole number in 0.._MAX_COUNT, int or float), else 0."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT:
+        return value
+    return 0
+
+
+def _seconds(value: Any) -> float:
+    """A well-formed duration (a finite number >= 0), else 0.0."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 0.0
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        return 0.0
+    return seconds if math.isfinite(seconds) and seconds >= 0 else 0.0

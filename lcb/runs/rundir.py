@@ -11,29 +11,28 @@ Layout of `--out-dir DIR`:
                                    `transcript_name` for ids that are not file-name safe)
     DIR/.lock                      held while a batch runs (see lcb.runs.lock)
 
-With `--out FILE.jsonl` only the predictions file is written. Whole-file writes go through a
-temporary file and a rename, so a kill never leaves a half-written JSON file behind, and a failed
-write (a full disk) leaves the old file whole and no temporary file; `output_failure` words
-such an `OSError` for the console.
+With `--out FILE.jsonl` only the predictions file is written. Whole-file writes go through
+`lcb.io.atomic_writer` (a synced temporary file, a rename, a synced folder), so a kill never
+leaves a half-written JSON file behind, and a failed write (a full disk) leaves the old file
+whole and no temporary file; `output_failure` words such an `OSError` for the console.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import json
 import os
 import platform
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from lcb.io import json_text
+from lcb.io import atomic_writer, json_text, write_json, write_text
 from lcb.runs.records import read_records, record_key
 
 PREDICTIONS = "predictions.jsonl"
@@ -109,42 +108,12 @@ def transcript_name(problem_id: str) -> str:
     return f"{prefix}-{digest}.json.gz"
 
 
-@contextlib.contextmanager
-def _temporary(path: Path) -> Iterator[Path]:
-    """The temporary file beside `path`; removed when the write fails (a full disk, say), and the
-    error then names `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        yield tmp
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-
-
-def _replace_text(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically: a synced temporary file, then a rename."""
-    with _temporary(path) as tmp:
-        with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-
-
-def write_json(path: Path, payload: Any) -> None:
-    """Write pretty JSON atomically (any string: see `lcb.io.json_text`)."""
-    _replace_text(path, json_text(payload, indent=2) + "\n")
-
-
 def write_transcript(path: Path, payload: dict[str, Any]) -> None:
-    """Write one gzip-compressed JSON transcript atomically (any string: a model's reply may
-    hold a lone surrogate; see `lcb.io.json_text`)."""
-    with _temporary(path) as tmp:
-        with gzip.open(tmp, "wt", encoding="utf-8") as handle:
-            handle.write(json_text(payload))
-        os.replace(tmp, path)
+    """Write one gzip-compressed JSON transcript atomically (`lcb.io.atomic_writer`; any
+    string: a model's reply may hold a lone surrogate, see `lcb.io.json_text`)."""
+    with atomic_writer(path) as handle, gzip.GzipFile(filename="", mode="wb",
+                                                     fileobj=handle) as stream:
+        stream.write(json_text(payload).encode("utf-8"))
 
 
 def read_transcript(path: Path) -> dict[str, Any]:
@@ -286,5 +255,5 @@ def _move_records(paths: RunPaths, suffix: str, moves: Callable[[tuple[str, int]
         handle.writelines(moving)
         handle.flush()
         os.fsync(handle.fileno())
-    _replace_text(source, "".join(keep))
+    write_text(source, "".join(keep))
     return target, len(moving)

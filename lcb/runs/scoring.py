@@ -8,8 +8,11 @@ Contract:
 - Output: one result line per input line, in input order, appended and flushed as soon as it and
   every line before it are graded. A graded line holds the input fields, then `line`, `id`,
   `has_code`, `difficulty`, `platform`, `contest_date`, `error` (None) and `Grade.to_record()`
-  (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s, cpu_s); those
-  keys win over input fields of the same name. A line that cannot be graded (not UTF-8, not
+  (pass, total, pass_rate, em, tests_run, verdicts, feedback, grader, wall_s, cpu_s). The input
+  fields never carry a key this scoring sets (`RESERVED`: those, and `--grader both`'s
+  `official`, `agree`, `divergence`): an input line's own (a stale grade in a results file
+  scored again, or a forged one) is dropped, so every grade and agreement in a result line
+  and in the summary was made by this scoring. A line that cannot be graded (not UTF-8, not
   JSON or nested too deeply, not an object, no id, an id outside the selected problems, no
   code, a grading-machinery failure) gives an error line: the same keys with `error` naming
   the line number and the problem, and `em` 0. A program whose grading failed twice (verdict
@@ -27,6 +30,10 @@ Contract:
   line). The summary adds `n_lines`, `n_invalid`, `n_selected`, `n_missing`, `missing_ids` and
   `missing_as_fail`. `notes` says on the console which lines were not graded and why, and which
   selected problems have no prediction.
+- `reference_predictions(problems)` makes predictions of the bundled sample set's reference
+  solutions (`lcb score --references`): no file is read; each carries `programs: "reference"`
+  into its result line, and the summary of such a scoring says `programs: "reference"` (else
+  `"predictions"`), so a report can tell them from programs a model wrote.
 - With `grader="both"` every program is graded by the default grader (the line's grade, as
   above) and by the official one: the line adds `official` (its pass, total, em, tests_run,
   verdicts, feedback), `agree` and `divergence` (`lcb.grading.agreement.compare`), and the
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lcb.data.problems import Problem
+from lcb.data.samples import reference_solution
 from lcb.grading import GradingError, GradingPool, check_sandbox
 from lcb.grading.agreement import compare, summarize_agreement
 from lcb.grading.official import require_official
@@ -54,7 +62,17 @@ from lcb.io import BadJson, json_text, loads
 from lcb.runs.records import pass_at_1, summarize
 
 CODE_KEYS = ("code", "predicted_code")
+PROGRAMS = "programs"  # the key that says whose programs were graded: one of the two below
+REFERENCE = "reference"  # the sample set's reference solutions (`lcb score --references`)
+PREDICTIONS = "predictions"  # the programs of a predictions file
 BOTH = "both"  # --grader both: the default and the official grader, and their agreement
+# The keys a result line's identity, grade and agreement set: never carried from the input.
+RESERVED = frozenset({
+    "line", "id", "has_code", "difficulty", "platform", "contest_date", "error",  # identity
+    "pass", "total", "pass_rate", "em", "tests_run", "verdicts", "feedback", "grader",
+    "wall_s", "cpu_s",  # Grade.to_record()
+    "official", "agree", "divergence",  # --grader both
+})
 NAMED_LINES = 20  # error lines named one by one on the console; the rest are counted
 NAMED_MISSING = 5  # ids named of the selected problems without a prediction
 
@@ -125,20 +143,38 @@ def parse_line(text: str | bytes, number: int) -> Prediction:
     return Prediction(number, value, str(pid), code if isinstance(code, str) else None)
 
 
+def reference_predictions(problems: Iterable[Problem]) -> list[Prediction]:
+    """Each problem's reference solution as a prediction, numbered from line 1 in the order
+    given, with the fields `id`, `code` and `programs: "reference"`. Raises
+    `lcb.data.samples.UnknownSampleError` for a problem outside the sample set."""
+    predictions = []
+    for number, problem in enumerate(problems, 1):
+        code = reference_solution(problem.id)
+        fields = {"id": problem.id, "code": code, PROGRAMS: REFERENCE}
+        predictions.append(Prediction(number, fields, problem.id, code))
+    return predictions
+
+
 def has_program(prediction: Prediction) -> bool:
     return prediction.code is not None and bool(prediction.code.strip())
 
 
 def error_line(prediction: Prediction, message: str, problem: Problem | None = None) -> dict:
     """The result line of a prediction that could not be graded (nothing ran: total 0)."""
-    return {**prediction.fields, **_identity(prediction, problem), "error": message,
+    return {**carried(prediction.fields), **_identity(prediction, problem), "error": message,
             "pass": 0, "total": 0, "pass_rate": 0.0,
             "em": 0, "tests_run": 0, "verdicts": [], "feedback": None}
 
 
 def graded_line(prediction: Prediction, problem: Problem, grade_record: dict) -> dict:
-    return {**prediction.fields, **_identity(prediction, problem), "error": None,
+    return {**carried(prediction.fields), **_identity(prediction, problem), "error": None,
             **grade_record}
+
+
+def carried(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The input fields a result line keeps: all but the `RESERVED` keys, which only this
+    scoring sets (a results file scored again must not bring its old grades along)."""
+    return {key: value for key, value in fields.items() if key not in RESERVED}
 
 
 def _identity(prediction: Prediction, problem: Problem | None) -> dict:

@@ -31,8 +31,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
 from lcb.agents.llm import TRUNCATED, ModelCallError
-from lcb.runs.extract import extract_code
+from lcb.extract import extract_code
 from lcb.teams.common import AgentSpec, TeamContext
+from lcb.text import ELLIPSIS, HEAD_ONLY, clip
 
 ERROR_CLIP = 300
 
@@ -60,8 +61,8 @@ class AgentRun:
         return [message_record(m, source=self.agent, role=self.role) for m in self.messages]
 
 
-def _clip(text: str, limit: int = ERROR_CLIP) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
+def _clip(text: str) -> str:
+    return clip(text, ERROR_CLIP, head=HEAD_ONLY, note=ELLIPSIS)
 
 
 async def _answer_tool_call(call: dict[str, Any], tools: dict[str, BaseTool]) -> ToolMessage:

@@ -38,7 +38,7 @@ from lcb.agents.prompts import load_role_prompt, with_contract
 from lcb.agents.tools import make_python_exec
 from lcb.agents.usage import CallTag, UsageLedger
 from lcb.data.problems import Problem
-from lcb.runs.extract import extract_code
+from lcb.extract import extract_code
 
 DEFAULT_MAX_TURNS = 8
 ErrorKind = Literal["bad_request"]

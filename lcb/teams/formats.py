@@ -30,13 +30,12 @@ import re
 from collections.abc import Iterable
 from enum import StrEnum
 
-from lcb.runs.extract import strip_think
+from lcb.extract import strip_think
+from lcb.registry import COMMUNICATIONS
 
-
-class CommFormat(StrEnum):
-    FREEFORM = "freeform"
-    SEMI_STRUCTURED = "semi_structured"
-    STRUCTURED_SOFT = "structured_soft"
+# `CommFormat.FREEFORM`, `.SEMI_STRUCTURED`, `.STRUCTURED_SOFT`: the formats `lcb.registry` names.
+CommFormat = StrEnum("CommFormat", {name.upper(): name for name in COMMUNICATIONS},
+                     module=__name__)
 
 
 REQUIRED_TAGS = ("STATUS", "SUMMARY", "EVIDENCE_OR_TESTS", "CONFIDENCE", "NEXT")

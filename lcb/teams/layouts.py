@@ -8,7 +8,9 @@ Contract:
 - independent: `coder_0 .. coder_{r-1}`, all role `coder`; decentralized: `debater_0 ..`, role
   `debater`. Any size >= 1 (their sizes also come from `INDEPENDENT_N_AGENTS` and friends).
 - sequential: stages named by their role, in pipeline order; centralized: `manager` first, then
-  its workers named by their role. Sizes 2, 4, 8 and 10 only (`TEAM_SIZES`).
+  its workers named by their role. Sizes 2, 4, 8 and 10 only (`TEAM_SIZES`). Which roles a
+  team of each size has is `lcb.registry`'s (`SEQUENTIAL_STAGES`, `CENTRALIZED_WORKERS`); what
+  each role does (its duty, its tools) is here.
 - In every sequential layout the last stage writes a program, so every stage can change the
   submitted result. A role has `python_exec` exactly when its seed prompt tells it to run code.
 - `Layout.active(mask)`: the agents a masked run keeps, in layout order; None keeps all; an id
@@ -21,16 +23,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from lcb.registry import (
+    CENTRALIZED_MANAGER,
+    CENTRALIZED_WORKERS,
+    DEFAULT_TEAM_SIZE,
+    MULTI_AGENT_TOPOLOGIES,
+    SEQUENTIAL_STAGES,
+    TEAM_SIZES,
+)
 
-class Topology(StrEnum):
-    INDEPENDENT = "independent"
-    SEQUENTIAL = "sequential"
-    CENTRALIZED = "centralized"
-    DECENTRALIZED = "decentralized"
-
-
-TEAM_SIZES = (2, 4, 8, 10)
-DEFAULT_TEAM_SIZE = 4
+# The multi-agent teams (`Topology.SEQUENTIAL`, ...), named in `lcb.registry`.
+Topology = StrEnum("Topology", {name.upper(): name for name in MULTI_AGENT_TOPOLOGIES},
+                   module=__name__)
 
 
 @dataclass(frozen=True)
@@ -83,24 +87,6 @@ CENTRALIZED_ROLES = _roles(
 INDEPENDENT_CODER = Role("coder", "solves the problem alone", runs_code=True, writes_program=True)
 DEBATER = Role("debater", "solves the problem and debates the others' answers", runs_code=True,
                writes_program=True)
-
-SEQUENTIAL_STAGES: dict[int, tuple[str, ...]] = {
-    2: ("coder", "debugger"),
-    4: ("analyzer", "coder", "tester", "debugger"),
-    8: ("requirements_parser", "analyzer", "algorithm_designer", "coder", "edge_case_thinker",
-        "tester", "debugger", "code_reviewer"),
-    10: ("requirements_parser", "analyzer", "algorithm_designer", "coder", "complexity_analyzer",
-         "edge_case_thinker", "tester", "debugger", "optimizer", "code_reviewer"),
-}
-
-CENTRALIZED_WORKERS: dict[int, tuple[str, ...]] = {
-    2: ("coder",),
-    4: ("analyzer", "coder", "tester"),
-    8: ("analyzer", "coder", "tester", "design", "edge_case", "debug", "review"),
-    10: ("analyzer", "coder", "tester", "design", "edge_case", "debug", "review",
-         "complexity_analyzer", "optimizer"),
-}
-
 
 @dataclass(frozen=True)
 class Agent:
@@ -170,5 +156,7 @@ def team_layout(topology: str | Topology, size: int = DEFAULT_TEAM_SIZE) -> Layo
                          f"got {size}")
     if kind is Topology.SEQUENTIAL:
         return Layout(kind, size, _named(SEQUENTIAL_ROLES, SEQUENTIAL_STAGES[size]))
-    names = ("manager", *CENTRALIZED_WORKERS[size])
-    return Layout(kind, size, _named(CENTRALIZED_ROLES, names))
+    if kind is Topology.CENTRALIZED:
+        names = (CENTRALIZED_MANAGER, *CENTRALIZED_WORKERS[size])
+        return Layout(kind, size, _named(CENTRALIZED_ROLES, names))
+    raise ValueError(f"the {kind} team has no layout here yet")  # a topology added to the registry

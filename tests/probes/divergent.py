@@ -75,13 +75,30 @@ DIVERGENT = [
        + "print(sum(nums))\nsys.stdout.flush()\nos.close(1)", official=_div("closed_stdout", 1)),
 ]
 
-# What `python prog.py` prints as it exits (atexit handlers, then file objects left unflushed),
-# which LiveCodeBench's wrapped function never prints.
+# What `python prog.py` prints as it exits (atexit handlers, file objects left unflushed, the
+# finalizers its module teardown runs), which LiveCodeBench's wrapped function never prints.
 EXIT_OUTPUT = [
     _p("atexit_prints_answer", SUM, PASS, "import atexit\n" + READ_SUM
        + "atexit.register(print, sum(nums))", official=_div("atexit_output", 0)),
     _p("open_fd1_never_flushed", SUM, PASS, READ_SUM
        + 'out = open(1, "w")\nout.write(f"{sum(nums)}\\n")', official=_div("open_stdout", 0)),
+    _p("del_in_a_cycle_prints_answer", SUM, PASS, """
+        class Answer:
+            def __del__(self):
+                print(self.value)
+        n = int(input())
+        answer = Answer()
+        answer.value = sum(map(int, input().split()))
+        answer.itself = answer
+    """, official=_div("teardown_output", 0)),
+]
+
+# Python's limit on converting long integers to text (4300 digits), which LiveCodeBench's
+# import raises to 50000 for its grading processes.
+INT_DIGITS = [
+    _p("converts_a_long_integer", SUM, 0, READ_SUM
+       + 'big = int("1" + "0" * 4400)\nprint(sum(nums) + big - big)',
+       official=_div("int_digits", PASS)),
 ]
 
 # Values and processes the judge treats as a real run does, where LiveCodeBench does not.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.probes.divergent import DIVERGENT, DIVERGENT_ISOLATION, EXIT_OUTPUT
+from tests.probes.divergent import DIVERGENT, DIVERGENT_ISOLATION, EXIT_OUTPUT, INT_DIGITS
 from tests.probes.probe import PASS, READ_SUM, Probe
 from tests.probes.probe import diverges as _div
 from tests.probes.probe import probe as _p
@@ -408,7 +408,28 @@ FIDELITY = [
             def minMax(self, nums):
                 return np.array([min(nums), max(nums)])
     """, official=_div("non_data_return", 1)),
+    # Printed by finalizers as `python prog.py` tears down its module, and as LiveCodeBench's
+    # wrapped function returns (the objects were its locals).
+    _p("del_prints_answer_at_exit", SUM, PASS, """
+        class Answer:
+            def __del__(self):
+                print(self.value)
+        n = int(input())
+        answer = Answer()
+        answer.value = sum(map(int, input().split()))
+    """),
+    _p("generator_finally_prints_answer", SUM, PASS, """
+        def answers():
+            try:
+                yield
+            finally:
+                print(total)
+        n = int(input())
+        total = sum(map(int, input().split()))
+        pending = answers()
+        next(pending)
+    """),
 ]
 
 ALL_PROBES = (STDIN_CORRECT + STDIN_WRONG + STDIN_ERRORS + TIME_LIMITS + DIVERGENT + EXIT_OUTPUT
-              + FUNCTIONAL + FIDELITY + DIVERGENT_ISOLATION)
+              + FUNCTIONAL + FIDELITY + DIVERGENT_ISOLATION + INT_DIGITS)

@@ -1,7 +1,9 @@
 """The optimizer registry: method key -> factory (see `lcb.optimize.method` for the contract).
 
-One module per method; registering a method is one line here. A method module with settings
-exposes `SETTINGS = <its settings dataclass>` (`lcb.optimize.settings`).
+One module per method; registering a method is one line here, under a key that
+`lcb.registry.METHODS` names (the keys equal that list, in its order: tests/test_registry.py).
+A method module with settings exposes `SETTINGS = <its settings dataclass>`
+(`lcb.optimize.settings`).
 - `resolve_settings(key, overrides)`: the method's full settings (defaults included) as a JSON
   dict, with `overrides` (`--set` pairs, dotted keys for nested fields) checked and applied.
 - `get_optimizer(key, **settings)` builds the method from such settings (full or partial;
@@ -31,8 +33,9 @@ from lcb.optimize.methods import (
     tavo,
 )
 from lcb.optimize.settings import build, resolve, settings_class
+from lcb.registry import SINGLE, SINGLE_AGENT_METHODS, TEAM_METHODS
 
-OPTIMIZERS: dict[str, OptimizerFactory] = {  # the specification's grid order
+OPTIMIZERS: dict[str, OptimizerFactory] = {  # the specification's grid order (`METHODS`)
     identity.KEY: identity.make,
     gepa_method.KEY: gepa_method.make,
     mipro_method.KEY: mipro_method.make,
@@ -45,12 +48,6 @@ OPTIMIZERS: dict[str, OptimizerFactory] = {  # the specification's grid order
 }
 
 
-# The methods the single-agent team gets (the specification's grid), and those that credit or
-# search over several agents' prompts and refuse it.
-SINGLE_AGENT_METHODS = (identity.KEY, gepa_method.KEY, mipro_method.KEY)
-TEAM_METHODS = (mamut_gepa.KEY, tavo.KEY, maspo.KEY, hivemind.KEY, mapro.KEY, maspob.KEY)
-
-
 class UnknownMethod(ValueError):
     """A method key that is not in `OPTIMIZERS`."""
 
@@ -58,7 +55,7 @@ class UnknownMethod(ValueError):
 def check_topology(key: str, topology: str) -> None:
     """Refuse a multi-agent method on the single-agent team, naming the methods it gets."""
     _factory(key)
-    if topology == "single" and key in TEAM_METHODS:
+    if topology == SINGLE and key in TEAM_METHODS:
         raise ValueError(f"method {key!r} optimizes multi-agent teams; topology 'single' gets "
                          f"{', '.join(SINGLE_AGENT_METHODS)}")
 

@@ -50,13 +50,13 @@ from lcb.optimize.methods.reflection import (
     BEGIN_MARK,
     LoopBridge,
     ReflectionSettings,
-    clip,
     parse_proposal,
     proposal_problem,
     proposal_prompt,
     render_slice,
     role_slice,
 )
+from lcb.text import clip
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ Contract:
   cap and reflector: what the reflection model is shown).
 - gepa runs in a worker thread (`asyncio.to_thread`); rollouts, reflection calls and records
   go back to the job's event loop through a `LoopBridge`.
-- History (`gepa_records.Recorder`): every candidate with a full validation score, and every
+- History (`gepa_records.GepaRecorder`): every candidate with a full validation score, and every
   proposal (validator, minibatch and budget-gate rejections included) with its parent, roles,
   scores and verdict; `ctx.checkpoint` after every iteration.
 - Resume: gepa is deterministic given the same rollout results and reflection answers (its
@@ -50,7 +50,7 @@ from lcb.optimize.methods.reflection import LoopBridge, ReflectionSettings, run_
 
 if TYPE_CHECKING:  # the `gepa` library is imported when the method runs (optional extra)
     from lcb.optimize.methods.gepa_adapter import LcbAdapter, Reflector
-    from lcb.optimize.methods.gepa_records import Recorder
+    from lcb.optimize.methods.gepa_records import GepaRecorder
 
 KEY = "gepa"
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class GepaRun:
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a gepa run within `ctx`'s budget (a new dict)."""
         from lcb.optimize.methods.gepa_adapter import BudgetSpent, LcbAdapter
-        from lcb.optimize.methods.gepa_records import Recorder
+        from lcb.optimize.methods.gepa_records import GepaRecorder
 
         train, val = list(ctx.data.train), list(ctx.data.validation)
         if not train:
@@ -123,7 +123,7 @@ class GepaRun:
                              f"split is empty)")
         bridge = LoopBridge.current()
         adapter = LcbAdapter(ctx, bridge, reflector=self.reflector)
-        recorder = Recorder(adapter, expected=ctx.restore(), method=self.key)
+        recorder = GepaRecorder(adapter, expected=ctx.restore(), method=self.key)
         try:
             await run_in_thread(bridge, self._run, ctx, adapter, recorder, train, val)
         except BudgetSpent as stop:
@@ -137,7 +137,7 @@ class GepaRun:
                  len(adapter.rejected))
         return dict(recorder.best.bundle) if recorder.best else thaw(ctx.seed_bundle)
 
-    def _run(self, ctx: OptimizeContext, adapter: LcbAdapter, recorder: Recorder,
+    def _run(self, ctx: OptimizeContext, adapter: LcbAdapter, recorder: GepaRecorder,
              train: list, val: list) -> None:
         import gepa
 

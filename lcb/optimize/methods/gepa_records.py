@@ -1,6 +1,6 @@
 """What a `gepa` run leaves in the job: candidates, every proposal, and a checkpoint per iteration.
 
-Contract (`Recorder` is a gepa callback; gepa calls it on its worker thread, and every record
+Contract (`GepaRecorder` is a gepa callback; gepa calls it on its worker thread, and every record
 goes to the job's event loop through the adapter's `LoopBridge`):
 - Candidates: each candidate gepa evaluates on the whole validation set is recorded
   (`ctx.record_candidate`, scores `{"val": mean}`); `best` is the best so far (highest mean,
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lcb.optimize.bundle import bundle_hash
+from lcb.optimize.method import Recorder
 from lcb.optimize.methods.gepa_adapter import LcbAdapter
 
 KEY = "gepa"
@@ -77,7 +78,7 @@ def _guarded(handler: Handler) -> Handler:
     """Keep a handler's first failure in `adapter.fatal` (gepa would only log it)."""
 
     @functools.wraps(handler)
-    def run(self: Recorder, event: Mapping[str, Any]) -> None:
+    def run(self: GepaRecorder, event: Mapping[str, Any]) -> None:
         try:
             handler(self, event)
         except Exception as exc:
@@ -88,14 +89,14 @@ def _guarded(handler: Handler) -> Handler:
     return run  # type: ignore[return-value]
 
 
-class Recorder:
+class GepaRecorder:
     """A gepa callback (see the module docstring)."""
 
     def __init__(self, adapter: LcbAdapter, *, expected: Mapping[str, Any] | None = None,
                  method: str = KEY) -> None:
         self.adapter = adapter
         self.method = method
-        self.ctx = adapter.ctx
+        self.ctx: Recorder = adapter.ctx  # it records only: history and checkpoints
         self.best: Best | None = None
         self.hashes: dict[int, str] = {}  # gepa's candidate index -> bundle hash
         self.expected = json.loads(json.dumps(expected)) if expected else None

@@ -1,11 +1,12 @@
 """`hivemind`: contribution-guided online prompt optimization (CG-OPO; Xia et al., arXiv
 2512.06432): Shapley credit over coalitions of agents, lessons for the lowest-credit role.
 
-Contract:
+Contract (the game itself, players to gate rows, is `hivemind_game.Game`):
 - Players are the team's agents (`ctx.agents`; `ctx.graph.agents` names each one's role). A
   cycle c (1, 2, ...) runs the current bundle, masked to each coalition it needs
   (`ctx.rollout(..., active=coalition)`: an inactive agent makes no call), on a batch of
-  `batch_size` train rows (a rotating pass over a seeded shuffle of the split) at iteration c.
+  `batch_size` train rows (a rotating pass over a seeded shuffle of the split:
+  `strategies.batches.Rotation` over `shuffled`) at iteration c.
   A coalition's value is its mean score on the batch rows that came back for every planned
   coalition (an infrastructure loss drops the row from all of them; no such row: no credit, no
   proposal this cycle). The empty coalition runs too: the context charges it as an
@@ -28,11 +29,12 @@ Contract:
   rejected with the reason, never adopted. The candidate's prompt for the target = its seed
   prompt + its latest <= `max_lessons` lessons (append-only: lessons are only ever added to
   the incumbent's list). Every candidate goes through `ctx.validate`.
-- Gate: the candidate is accepted only if strictly better than the current bundle on the
-  first `val_size` rows (capped by |val|) of a seeded shuffle of the validation split, both at
-  iteration 0 (paired request seeds), compared on the rows that came back for both (no such
-  row: rejected by the gate, not compared). Each bundle's per-row scores are kept: one scored
-  before is not run again (a row infrastructure lost would come back None again).
+- Gate (`strategies.gates.strictly_better`): the candidate is accepted only if strictly better
+  than the current bundle on the first `val_size` rows (capped by |val|) of a seeded shuffle
+  of the validation split, both at iteration 0 (paired request seeds), compared on the rows
+  that came back for both (no such row: rejected by the gate, not compared). Each bundle's
+  per-row scores are kept: one scored before is not run again (a row infrastructure lost
+  would come back None again).
 - Budget: a cycle costs R * |batch| + |val rows| * (1 + [current not yet scored on val]),
   R = the coalitions it runs (4 players: 16 * 5 + 5 + 5 = 90; centralized 4: 8 * 5 + 10 = 50).
   A cycle starts only when `ctx.ledger.available` pays for all of it; `max_cycles` caps cycles;
@@ -51,28 +53,26 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash
 from lcb.optimize.method import Bundle, OptimizeContext, Rollout
 from lcb.optimize.methods import shapley
-from lcb.optimize.methods.hivemind_lessons import (
-    LessonsError,
-    lessons_prompt,
-    parse_lessons,
-    with_lessons,
+from lcb.optimize.methods.hivemind_game import (
+    VAL_ITERATION,
+    Game,
+    Plan,
+    State,
+    mean_score,
 )
+from lcb.optimize.methods.hivemind_lessons import LessonsError, lessons_prompt, parse_lessons
 from lcb.optimize.settings import check_int_fields
+from lcb.optimize.strategies.gates import strictly_better
 
 KEY = "hivemind"
-VAL_ITERATION = 0  # every bundle's validation runs share it: paired seeds, free replays
-TIE = 1e-9
 log = logging.getLogger(__name__)
 
 
@@ -113,166 +113,6 @@ class HivemindSettings:
 SETTINGS = HivemindSettings  # `--set` keys and job.json's method_settings
 
 
-@dataclass
-class Plan:
-    """One cycle's game: the coalitions to run, those valued 0 without a run, the orders."""
-
-    run: list[shapley.Coalition]
-    free: list[shapley.Coalition]
-    orders: list[tuple[str, ...]] | None  # None: exact over the power set
-    skipped: bool = False  # one role, `shapley_single_role` off: the full coalition only
-
-
-@dataclass
-class Played:
-    """The coalitions' runs of one batch: values on the rows every coalition has (None when
-    there is none), those rows, and the full coalition's rollouts."""
-
-    values: dict[shapley.Coalition, float] | None
-    rows: list[str]
-    full_runs: list[Rollout]
-
-
-@dataclass
-class State:
-    """What a checkpoint holds (JSON-able through `to_json`)."""
-
-    cycle: int = 0
-    lessons: dict[str, list[str]] = field(default_factory=dict)
-    val_scores: dict[str, dict[str, float]] = field(default_factory=dict)  # hash: row: score
-    targeted: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cycle": self.cycle, "lessons": self.lessons, "val_scores": self.val_scores,
-                "targeted": self.targeted}
-
-
-class _Job:
-    """One optimize phase: the team's game, the data order and the state."""
-
-    def __init__(self, ctx: OptimizeContext, settings: HivemindSettings) -> None:
-        self.ctx, self.s = ctx, settings
-        graph = ctx.graph
-        self.players = tuple(ctx.agents)
-        self.roles_of = {agent: graph.agents[agent] for agent in self.players}
-        self.order = graph.topological_order()
-        self.star = graph.kind == "star"
-        self.hub = graph.edges[0][0] if self.star and graph.edges else None
-        seed = ctx.optimizer_seed
-        self.train = list(ctx.data.train)
-        random.Random(f"{KEY}:{seed}:train").shuffle(self.train)
-        val = list(ctx.data.validation)
-        random.Random(f"{KEY}:{seed}:val").shuffle(val)
-        self.val = val[:settings.val_size]
-        self.state = State(lessons={role: [] for role in ctx.roles})
-
-    # --- bundles ------------------------------------------------------------------------
-    def bundle(self, lessons: dict[str, list[str]]) -> Bundle:
-        return {role: with_lessons(text, lessons.get(role, ()), cap=self.s.max_lessons)
-                for role, text in self.ctx.seed_bundle.items()}
-
-    # --- the game -----------------------------------------------------------------------
-    def abstains(self, coalition: shapley.Coalition) -> bool:
-        """Known without a run: a centralized coalition without its manager abstains."""
-        return (self.s.skip_managerless and self.hub is not None
-                and not any(self.roles_of[a] == self.hub for a in coalition))
-
-    def plan(self, cycle: int) -> Plan:
-        if not self.s.shapley_single_role and len(set(self.roles_of.values())) == 1:
-            return Plan([frozenset(self.players)], [frozenset()], None, skipped=True)
-        everyone = shapley.power_set(self.players)
-        free = [c for c in everyone if self.abstains(c)]
-        if len(everyone) - len(free) <= self.s.exact_max_coalitions:
-            return Plan([c for c in everyone if c not in free], free, None)
-        rng = random.Random(f"{KEY}:{self.ctx.optimizer_seed}:{cycle}")
-        orders = shapley.sample_permutations(self.players, rng, count=self.s.mc_permutations,
-                                             max_coalitions=self.s.exact_max_coalitions,
-                                             free=free)
-        visited = shapley.prefixes(orders)
-        return Plan([c for c in visited if not self.abstains(c)],
-                    [c for c in visited if self.abstains(c)], orders)
-
-    def batch(self, cycle: int) -> list[Problem]:
-        n = len(self.train)
-        size = min(self.s.batch_size, n)
-        return [self.train[((cycle - 1) * size + j) % n] for j in range(size)]
-
-    def cost(self, plan: Plan, batch: list[Problem], current: Bundle) -> int:
-        scored = bundle_hash(current) in self.state.val_scores
-        return len(plan.run) * len(batch) + len(self.val) * (1 if scored else 2)
-
-    async def play(self, plan: Plan, bundle: Bundle, batch: list[Problem], cycle: int
-                   ) -> Played | None:
-        """The planned coalitions' runs; None when the budget ran out mid-way. Values are
-        means over the batch rows that came back for every coalition (paired differences)."""
-        pairs = [(c, p.id) for c in plan.run for p in batch]
-        results = await asyncio.gather(*(self.ctx.rollout(bundle, p, iteration=cycle, active=c)
-                                         for c in plan.run for p in batch))
-        if any(r is None for r in results) and self.ctx.ledger.available <= 0:
-            return None
-        got = {pair: r for pair, r in zip(pairs, results, strict=True) if r is not None}
-        rows = [p.id for p in batch if all((c, p.id) in got for c in plan.run)]
-        full = frozenset(self.players)
-        runs = [got[full, p.id] for p in batch if (full, p.id) in got]
-        if not rows:
-            return Played(None, rows, runs)
-        values = dict.fromkeys(plan.free, 0.0)
-        for c in plan.run:
-            values[c] = sum(got[c, row].score for row in rows) / len(rows)
-        return Played(values, rows, runs)
-
-    def target(self, credit: dict[str, float], cycle: int) -> tuple[str, str]:
-        return choose_target(credit, cycle=cycle, order=self.order, hub=self.hub,
-                             targeted=self.state.targeted, every=self.s.manager_every)
-
-    async def val_rows(self, bundle: Bundle) -> dict[str, float] | None:
-        """The bundle's score on each gate row that came back (infrastructure lost the
-        others for good: the journal hands such a row None again); None when the budget ran
-        out mid-way (nothing is kept then)."""
-        known = self.state.val_scores.get(bundle_hash(bundle))
-        if known is not None:
-            return known
-        results = await asyncio.gather(*(self.ctx.rollout(bundle, p, iteration=VAL_ITERATION)
-                                         for p in self.val))
-        if any(r is None for r in results) and self.ctx.ledger.available <= 0:
-            return None
-        rows = {p.id: r.score for p, r in zip(self.val, results, strict=True) if r is not None}
-        self.state.val_scores[bundle_hash(bundle)] = rows
-        return rows
-
-    def paired(self, candidate: dict[str, float], current: dict[str, float]
-               ) -> tuple[float, float, int] | None:
-        """Both bundles' mean over the gate rows both have, and their number (None: none)."""
-        rows = [p.id for p in self.val if p.id in candidate and p.id in current]
-        if not rows:
-            return None
-        return (sum(candidate[r] for r in rows) / len(rows),
-                sum(current[r] for r in rows) / len(rows), len(rows))
-
-
-def mean_score(rows: dict[str, float]) -> dict[str, float]:
-    """A bundle's gate score as `scores` (empty when no row came back)."""
-    return {"val": sum(rows.values()) / len(rows)} if rows else {}
-
-
-def choose_target(credit: dict[str, float], *, cycle: int, order: tuple[str, ...],
-                  hub: str | None, targeted: dict[str, int], every: int) -> tuple[str, str]:
-    """The role to revise in `cycle` and why (rule in the module docstring).
-
-    >>> choose_target({"a": 0.2, "b": 0.1}, cycle=1, order=("a", "b"), hub=None,
-    ...               targeted={}, every=3)
-    ('b', 'lowest credit')
-    """
-    if hub is not None and cycle % every == 0:
-        return hub, f"the manager's turn (every {every}th cycle)"
-    pool = [role for role in order if role in credit and role != hub] or list(credit)
-
-    def rank(role: str) -> tuple[float, int, int]:
-        return (round(credit[role] / TIE), targeted.get(role, 0), -order.index(role))
-
-    return min(pool, key=rank), "lowest credit"
-
-
 @dataclass(frozen=True)
 class Hivemind:
     """See the module docstring."""
@@ -285,7 +125,7 @@ class Hivemind:
         if ctx.topology == "single":
             raise ValueError("hivemind credits the agents of a team; topology 'single' has "
                              "one agent (it gets identity, gepa or mipro)")
-        job = _Job(ctx, self.settings)
+        job = Game(ctx, self.settings)
         saved = ctx.restore(fast_forward=True)
         if saved is not None:
             job.state = State(cycle=int(saved["cycle"]), lessons=saved["lessons"],
@@ -294,7 +134,7 @@ class Hivemind:
             raise ValueError("hivemind needs training and validation problems")
         while self.settings.max_cycles is None or job.state.cycle < self.settings.max_cycles:
             cycle, charged = job.state.cycle + 1, ctx.ledger.charged
-            if not await self._cycle(job, cycle):
+            if not await self._cycle(ctx, job, cycle):
                 break
             job.state.cycle = cycle
             ctx.checkpoint(job.state.to_json())
@@ -304,9 +144,8 @@ class Hivemind:
                 break
         return job.bundle(job.state.lessons)
 
-    async def _cycle(self, job: _Job, cycle: int) -> bool:
+    async def _cycle(self, ctx: OptimizeContext, job: Game, cycle: int) -> bool:
         """One cycle; False when it could not be paid for (nothing more will be)."""
-        ctx = job.ctx
         current = job.bundle(job.state.lessons)
         plan, batch = job.plan(cycle), job.batch(cycle)
         need = job.cost(plan, batch, current)
@@ -336,12 +175,12 @@ class Hivemind:
                                for c, v in values.items()},
                     "phi": {p: round(v, 4) for p, v in phi.items()},
                     "credit": {r: round(v, 4) for r, v in credit.items()}}
-        await self._propose(job, current, current_rows, role, why, credit, played.full_runs,
-                            evidence)
+        await self._propose(ctx, job, current, current_rows, role, why, credit,
+                            played.full_runs, evidence)
         return True
 
     @staticmethod
-    def _credit(job: _Job, plan: Plan, values: dict[shapley.Coalition, float]
+    def _credit(job: Game, plan: Plan, values: dict[shapley.Coalition, float]
                 ) -> tuple[dict[str, float], str, dict[str, float]]:
         """Each role's credit, how it was computed, and the players' Shapley values."""
         if plan.skipped:  # one role: efficiency makes its credit v(N) - v({}), no game needed
@@ -355,10 +194,11 @@ class Hivemind:
             how = f"monte-carlo over {len(plan.orders)} orders"
         return shapley.role_credit(phi, job.roles_of), how, phi
 
-    async def _propose(self, job: _Job, current: Bundle, current_rows: dict[str, float],
-                       role: str, why: str, credit: dict[str, float], runs: list[Rollout],
+    async def _propose(self, ctx: OptimizeContext, job: Game, current: Bundle,
+                       current_rows: dict[str, float], role: str, why: str,
+                       credit: dict[str, float], runs: list[Rollout],
                        evidence: dict[str, Any]) -> None:
-        ctx, s = job.ctx, self.settings
+        s = self.settings
         cycle, parent = evidence["cycle"], bundle_hash(current)
         prompt = lessons_prompt(topology=ctx.topology, role=role, why=why, credit=credit,
                                 seed_text=ctx.seed_bundle[role],
@@ -391,13 +231,13 @@ class Hivemind:
         rows = await job.val_rows(candidate)
         if rows is None:
             return reject(candidate, "the budget ran out during validation", by="budget")
-        paired = job.paired(rows, current_rows)
-        if paired is None:
+        gate = strictly_better(rows, current_rows, order=[p.id for p in job.val])
+        if not gate.paired.rows:
             return reject(candidate, "no validation row came back for both bundles "
                           "(infrastructure): not compared", by="gate")
-        score, current_val, evidence["val_rows"] = paired
-        scores = {"val": score, "val_current": current_val}
-        if score <= current_val:
+        evidence["val_rows"] = len(gate.paired.rows)
+        scores = {"val": gate.candidate, "val_current": gate.incumbent}
+        if not gate.adopted:
             return reject(candidate, "not strictly better on validation", by="gate",
                           scores=scores)
         ctx.record_proposal(candidate, parent=parent, roles=[role], accepted=True,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from lcb.optimize.method import Rollout
-from lcb.optimize.methods.reflection import clip
+from lcb.text import clip
 
 LESSONS_BEGIN = "=== LESSONS ==="
 LESSONS_END = "=== END OF LESSONS ==="

@@ -30,7 +30,7 @@ Contract:
   gepa's budget gate holds: an iteration starts only when what is left along the path pays
   for its worst case (`2 × minibatch + |validation|`), so an accepted child is always
   validated and the ledger is never overdrawn.
-- History, checkpoints and resume are gepa's (`gepa_records.Recorder`, method key
+- History, checkpoints and resume are gepa's (`gepa_records.GepaRecorder`, method key
   `mamut_gepa`): every candidate and every proposal is recorded, a checkpoint after every
   iteration; a resumed job retraces from the start (every rollout and answer comes from the
   journal) and must match the checkpoint (`ResumeDivergence` otherwise).

@@ -2,16 +2,17 @@
 
 Contract (docs/optimizers/mapro.md has the whole algorithm, the costs and the departures):
 - Charged: the seed on the train rows (all of train, or `train_rows` drawn once from the
-  optimizer seed), then one pass over the same rows per NEW MAP assignment; every pass runs at
-  iteration 0, so all bundles are compared on the same request seeds. Nothing starts unless the
-  budget pays for the seed pass and one more pass; once it cannot pay another whole pass the run
-  stops before any further uncharged call (no blame, mutation, probe or judge is wasted).
+  optimizer seed, kept in train order: `strategies.batches.ordered_subset`), then one pass
+  over the same rows per NEW MAP assignment; every pass runs at iteration 0, so all bundles
+  are compared on the same request seeds. Nothing starts unless the budget pays for the seed
+  pass and one more pass; once it cannot pay another whole pass the run stops before any
+  further uncharged call (no blame, mutation, probe or judge is wasted).
 - A rollout that infrastructure lost (None with budget left) is not a 0: two passes are
   compared on the rows both completed, and the missing rows are recorded.
 - Pools: per role up to `pool_size` prompts, slot 0 the seed (never replaced). The seed pass's
   failing rows seed `pool_size - 1` mutations per role (one focus hint each); a role that never
   ran on the recorded rows keeps the seed alone (no evidence to choose by).
-- Potentials (uncharged; `mapro_prompts.Potentials`): judged on the scoring batch, the first
+- Potentials (uncharged; `mapro_potentials.Potentials`): judged on the scoring batch, the first
   `scoring_batch` seed train transcripts (failed rows first, in train order), where the role ran.
   Node: a greedy probe of the candidate on the role's recorded input, scored 1..10 by a judge.
   Edge (parent -> child): the parent candidate's probe output put in place of what the child's
@@ -25,8 +26,9 @@ Contract (docs/optimizers/mapro.md has the whole algorithm, the costs and the de
   pool or replace its weakest member (lowest node potential) other than the seed, the best
   bundle's, the latest assignment's and this round's new ones. Each role's mutation reads at
   most `max_critiques` critiques, each clipped to `clip_chars`.
-- Acceptance: an assignment is the new incumbent only when its train score is strictly above
-  the best's on the rows both completed (the seed first). At most `max_rounds` rounds; stop
+- Acceptance (`strategies.gates.strictly_better`): an assignment is the new incumbent only
+  when its train score is strictly above the best's on the rows both completed (the seed
+  first). At most `max_rounds` rounds; stop
   after `patience` rounds without a new best, at a perfect train score, or when the budget
   cannot pay a pass.
 - History: every pool mutation is a proposal (accepted = joined the pool; else `validator`
@@ -48,7 +50,6 @@ import difflib
 import json
 import logging
 import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,9 +57,12 @@ from lcb.agents.prompts import placeholders_in
 from lcb.optimize.bundle import BundleError, bundle_hash, thaw
 from lcb.optimize.method import Bundle, OptimizeContext, Rollout
 from lcb.optimize.methods import mapro_prompts as P
-from lcb.optimize.methods.mapro_prompts import Potentials, first_turn, link
-from lcb.optimize.methods.reflection import clip
+from lcb.optimize.methods.mapro_potentials import Potentials
+from lcb.optimize.methods.mapro_prompts import first_turn, link
 from lcb.optimize.settings import check_int_fields
+from lcb.optimize.strategies.batches import ordered_subset, seeded_rng
+from lcb.optimize.strategies.gates import strictly_better
+from lcb.text import clip
 
 KEY = "mapro"
 log = logging.getLogger(__name__)
@@ -116,12 +120,13 @@ class Pass:
     @property
     def score(self) -> float:
         """The mean score over the completed rows (0.0 when none completed)."""
-        return self.on({r.problem_id for r in self.rollouts})
-
-    def on(self, rows: set[str]) -> float:
-        """The mean score over the completed rows among `rows`."""
-        scores = [r.score for r in self.rollouts if r.problem_id in rows]
+        scores = [r.score for r in self.rollouts]
         return sum(scores) / len(scores) if scores else 0.0
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Each completed row's score, in train order."""
+        return {r.problem_id: r.score for r in self.rollouts}
 
     def worst(self, count: int) -> list[Rollout]:
         """The failed rollouts, lowest score first, then train order."""
@@ -147,12 +152,8 @@ class _Run:
         self.defaults_seen = 0  # judge defaults already reported in a MAP proposal
 
     def _rows(self) -> list:
-        train = list(self.ctx.data.train)
-        if self.s.train_rows is None or self.s.train_rows >= len(train):
-            return train
-        drawn = random.Random(f"{KEY}:{self.ctx.optimizer_seed}").sample(range(len(train)),
-                                                                         self.s.train_rows)
-        return [train[i] for i in sorted(drawn)]
+        return ordered_subset(self.ctx.data.train, self.s.train_rows,
+                              seeded_rng(KEY, self.ctx.optimizer_seed))
 
     async def run(self) -> Bundle:
         need = len(self.rows)
@@ -249,14 +250,13 @@ class _Run:
     def _compare(self, scored: Pass, evidence: dict) -> bool:
         """Whether `scored` beats the best on the rows both completed (noted in `evidence`)."""
         assert self.best is not None
-        common = ({r.problem_id for r in scored.rollouts}
-                  & {r.problem_id for r in self.best.rollouts})
-        mine, best = scored.on(common), self.best.on(common)
-        evidence["compared"] = {"rows": len(common), "score": round(mine, 4),
-                                "best": round(best, 4)}
+        gate = strictly_better(scored.scores, self.best.scores)
+        evidence["compared"] = {"rows": len(gate.paired.rows),
+                                "score": round(gate.candidate, 4),
+                                "best": round(gate.incumbent, 4)}
         if scored.missing or self.best.missing:
             evidence["missing"] = {"assignment": scored.missing, "best": self.best.missing}
-        return bool(common) and mine > best
+        return gate.adopted
 
     def _record_map(self, bundle: Bundle, score: float | None, evidence: dict, *,
                     rejected_by: str | None, iteration: int) -> None:

@@ -10,21 +10,22 @@ Contract:
   refused (`ValueError`).
 - A depth step expands every beam member (a node, at most `beam`): a fresh minibatch of
   `min(minibatch, |train|)` train rows (up to `inject` of them mined misalignment cases, the
-  rest drawn from the seeded RNG), the parent's rollouts on it under the turn's iteration
-  number (one per role turn, so a row that a member already ran this turn is a free replay),
-  then one reflection (T = `temperature`) per slice of the minibatch (`offspring` slices), each
-  shown its slice's samples of the role's input and output (`Rollout.role_io`) with outcome
-  and feedback. Each valid child runs on the whole minibatch under the same iteration
-  number (same rows, same request seeds) and is scored against its parent per row by
-  pairwise judge calls (T = 0; `maspo_prompts`) that see the two versions' inputs and
-  outputs, never their instruction texts: reward = mean over rows of 0.4·local +
-  0.4·lookahead + 0.2·global − 0.5. Lookahead (`lookahead_mode`): a role with successor roles
-  is judged on their outputs (chain stage, star manager); a star worker and a shared role on
-  the team's final answer (the manager's submission, the vote); the last stage of a chain
-  (its output is the answer) takes the global value. The child side is B on even rows, A on
-  odd ones (against position bias). A child's value = its parent's value + its reward; its
-  gain = its parent's gain + (child's passes − parent's passes) on that minibatch. The new
-  beam = the `beam` best of parents and children by value (parents first on ties).
+  rest drawn from the seeded RNG: `strategies.batches.fill`), the parent's rollouts on it
+  under the turn's iteration number (one per role turn, so a row that a member already ran
+  this turn is a free replay), then one reflection (T = `temperature`) per slice of the
+  minibatch (`offspring` slices), each shown its slice's samples of the role's input and
+  output (`Rollout.role_io`) with outcome and feedback. Each valid child runs on the whole
+  minibatch under the same iteration number (same rows, same request seeds) and is scored
+  against its parent per row by pairwise judge calls (T = 0; `maspo_judge.RoleJudge`) that
+  see the two versions' inputs and outputs, never their instruction texts: reward = mean over
+  rows of 0.4·local + 0.4·lookahead + 0.2·global − 0.5. Lookahead (`lookahead_mode`): a role
+  with successor roles is judged on their outputs (chain stage, star manager); a star worker
+  and a shared role on the team's final answer (the manager's submission, the vote); the
+  last stage of a chain (its output is the answer) takes the global value. The child side is
+  B on even rows, A on odd ones (against position bias). A child's value = its parent's
+  value + its reward; its gain = its parent's gain + (child's passes − parent's passes) on
+  that minibatch. The new beam = the `beam` best of parents and children by value (parents
+  first on ties).
 - Misalignment mining: a row where the child's output was judged locally better but the
   team's program failed goes into that role's buffer (newest `buffer` kept, no duplicates);
   the minibatches of its predecessor (its parent in the graph; a shared role is its own
@@ -65,17 +66,16 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from lcb.agents.prompts import placeholders_in
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash, thaw
 from lcb.optimize.method import Bundle, OptimizeContext, Rollout
 from lcb.optimize.methods import maspo_prompts as mp
+from lcb.optimize.methods.maspo_judge import RoleJudge
 from lcb.optimize.methods.maspo_prompts import (
     Member,
     MisalignmentBuffer,
@@ -83,14 +83,13 @@ from lcb.optimize.methods.maspo_prompts import (
     refreshed,
     select,
 )
-from lcb.optimize.methods.reflection import clip
+from lcb.optimize.strategies.batches import fill, seeded_rng
 
 if TYPE_CHECKING:
     from lcb.optimize.graph import TeamGraph
 
 KEY = "maspo"
 log = logging.getLogger(__name__)
-Lookahead = Literal["children", "final", "global"]
 
 
 @dataclass(frozen=True)
@@ -158,15 +157,6 @@ def revisit_budget(roles: int, rows: int, settings: MaspoSettings) -> int:
     return roles * nodes * rows * (1 + settings.offspring) + 2 * rows
 
 
-def lookahead_mode(graph: TeamGraph, role: str) -> Lookahead:
-    """What the lookahead term judges for `role` (module docstring)."""
-    if graph.kind == "shared":
-        return "final"
-    if graph.children(role):
-        return "children"
-    return "final" if graph.kind == "star" else "global"
-
-
 def mining_sources(graph: TeamGraph, role: str) -> tuple[str, ...]:
     """The roles whose misalignment buffers feed `role`'s minibatches (`role` is their
     predecessor)."""
@@ -192,6 +182,7 @@ class Search:
 
     def __init__(self, ctx: OptimizeContext, settings: MaspoSettings) -> None:
         self.ctx, self.s, self.graph = ctx, settings, ctx.graph
+        self.judge = RoleJudge(ctx, settings)
         self.turns = schedule(self.graph, steps_per_turn=settings.steps_per_turn,
                               max_depth=settings.max_depth)
         self.incumbent: Bundle = thaw(ctx.seed_bundle)
@@ -199,7 +190,7 @@ class Search:
         self.buffers = {role: MisalignmentBuffer(settings.buffer) for role in ctx.roles}
         self.depth: Counter[str] = Counter()
         self.iteration = self.saves = 0
-        self.rng = random.Random(f"{KEY}:{ctx.optimizer_seed}")
+        self.rng = seeded_rng(KEY, ctx.optimizer_seed)
         self.expected = ctx.restore()
 
     async def run(self) -> None:
@@ -272,10 +263,8 @@ class Search:
         count = min(self.s.offspring, ctx.ledger.available // len(kept))
         size = -(-len(kept) // self.s.offspring)
         slices = [part for part in (kept[i * size:(i + 1) * size] for i in range(count)) if part]
-        replies = await asyncio.gather(*(
-            ctx.reflect(self.proposal_prompt(role, parent.text, part),
-                        purpose=f"{KEY}:propose:{role}", temperature=self.s.temperature)
-            for part in slices))
+        replies = await asyncio.gather(*(self.judge.propose(role, parent.text, part)
+                                         for part in slices))
         found = []
         node = {"iteration": self.iteration, "rows": [row.id for row, _ in kept],
                 "injected": injected}
@@ -316,102 +305,17 @@ class Search:
             reject(bundle, "budget", f"its {len(kept)} rollouts no longer fit")
             return None
         runs = await ctx.rollouts(bundle, [row for row, _ in kept], iteration=iteration)
-        terms = await self.score(role, kept, runs)
+        terms = await self.judge.score(role, kept, runs)
         if terms is None:
             reject(bundle, "minibatch", "no rollout of the child came back")
             return None
         scores, evidence = terms
+        for row_id in evidence["misaligned"]:  # type: ignore[union-attr]
+            self.buffers[role].add(row_id)
         member = Member(bundle[role], parent.value + scores["reward"],
                         parent.gain + int(evidence["gain"]))  # type: ignore[call-overload]
         evidence |= {**node, "value": member.value, "lineage_gain": member.gain}
         return Proposal(member, bundle, parent_hash, scores, evidence, iteration)
-
-    async def score(self, role: str, kept: list[tuple[Problem, Rollout]],
-                    runs: Sequence[Rollout | None]
-                    ) -> tuple[dict[str, float], dict[str, object]] | None:
-        """The reward terms of a child against its parent, row by row (module docstring)."""
-        mode = lookahead_mode(self.graph, role)
-        items = [(i, row, ran, run) for i, ((row, ran), run) in enumerate(zip(kept, runs,
-                                                                            strict=True))
-                 if run is not None]
-        if not items:
-            return None
-        questions = [mp.Question.LOCAL] + ([] if mode == "global" else [mp.Question.LOOKAHEAD])
-        asked = []
-        for i, _, ran, run in items:
-            child_side = "B" if i % 2 == 0 else "A"
-            sides = [ran, run] if child_side == "B" else [run, ran]
-            asked += [self.verdict(question, role, sides) for question in questions]
-        verdicts = list(await asyncio.gather(*asked))
-        rows: list[dict[str, float]] = []
-        misaligned = []
-        for index, (i, row, ran, run) in enumerate(items):
-            child_side = "B" if i % 2 == 0 else "A"
-            mine = verdicts[index * len(questions):(index + 1) * len(questions)]
-            glob = mp.metric_value(run.score, ran.score)
-            local = mp.pairwise_value(mine[0], child_side=child_side)
-            look = glob if mode == "global" else mp.pairwise_value(mine[1], child_side=child_side)
-            rows.append({"local": local, "lookahead": look, "global": glob,
-                         "reward": mp.item_reward(local, look, glob)})
-            if local == mp.VALUES["child"] and not run.passed:
-                self.buffers[role].add(row.id)
-                misaligned.append(row.id)
-        scores = {name: sum(r[name] for r in rows) / len(rows)
-                  for name in ("reward", "local", "lookahead", "global")}
-        scores |= {"parent": sum(ran.score for _, _, ran, _ in items) / len(items),
-                   "child": sum(run.score for _, _, _, run in items) / len(items)}
-        gain = round(sum(run.score - ran.score for _, _, ran, run in items))
-        evidence: dict[str, object] = {
-            "lookahead_mode": mode, "per_row": rows, "gain": gain, "misaligned": misaligned,
-            "unparsed_verdicts": sum(v is None for v in verdicts)}
-        return scores, evidence
-
-    async def verdict(self, question: mp.Question, role: str,
-                      sides: Sequence[Rollout]) -> str | None:
-        """One pairwise verdict; the judge sees each side's inputs and outputs, never its
-        instruction text (so a text cannot win by praising itself)."""
-        shown = [self.shown(question, role, run) for run in sides]
-        prompt = mp.judge_prompt(question, topology=self.ctx.topology, role=role, sides=shown)
-        reply = await self.ctx.judge(prompt, purpose=f"{KEY}:{question}:{role}", temperature=0.0)
-        return mp.parse_verdict(reply)
-
-    def shown(self, question: mp.Question, role: str, run: Rollout) -> dict[str, str]:
-        """What a judge sees of one version: the role's turns, or what followed them."""
-        turns = run.role_io
-        render = {"limit": self.s.turns_per_sample, "chars": self.s.clip_chars}
-        if question is mp.Question.LOCAL:
-            return mp.render_turns(turns.get(role, []), **render)
-        if lookahead_mode(self.graph, role) == "children":
-            return {f"{child} — {key}": value for child in self.graph.children(role)
-                    for key, value in mp.render_turns(turns.get(child, []), **render).items()}
-        answer = run.team.final_text or run.team.code or ""
-        return {"The team's final answer": clip(answer, self.s.clip_chars) or "(no answer)"}
-
-    def proposal_prompt(self, role: str, current: str,
-                        part: Sequence[tuple[Problem, Rollout]]) -> str:
-        chars = self.s.clip_chars
-        samples = []
-        for row, run in part:
-            sample = {"outcome": mp.PASSED if run.passed else mp.FAILED,
-                      "Problem": clip(row.statement, chars)}
-            if not run.passed:
-                sample["Grader feedback"] = clip(run.feedback, chars) or "(none)"
-            sample |= mp.render_turns(run.role_io.get(role, []),
-                                      limit=self.s.turns_per_sample, chars=chars)
-            samples.append(sample)
-        return mp.proposal_prompt(topology=self.ctx.topology, role=role, place=self.place(role),
-                                  current=current, samples=samples,
-                                  placeholders=sorted(placeholders_in(self.ctx.seed_bundle[role])))
-
-    def place(self, role: str) -> str:
-        if self.graph.kind == "shared":
-            return "Every agent of the team holds these same instructions."
-        parents, children = self.graph.parents(role), self.graph.children(role)
-        reads = f"It reads the output of {', '.join(parents)}. " if parents else ""
-        feeds = (f"Its output is read by {', '.join(children)}." if children
-                 else "Its output goes back to the manager, who answers for the team."
-                 if self.graph.kind == "star" else "Its output is the team's answer.")
-        return reads + feeds
 
     def minibatch(self, role: str) -> tuple[list[Problem], list[str]]:
         """A fresh minibatch: mined cases of `role`'s successors first, then seeded draws."""
@@ -420,8 +324,7 @@ class Search:
         known = {problem.id: problem for problem in train}
         sources = [self.buffers[r] for r in mining_sources(self.graph, role)]
         taken = [i for i in inject(sources, limit=min(self.s.inject, size)) if i in known]
-        rest = [problem for problem in train if problem.id not in taken]
-        return [known[i] for i in taken] + self.rng.sample(rest, size - len(taken)), taken
+        return fill([known[i] for i in taken], train, size, self.rng), taken
 
     def adopt(self, role: str, beam: Sequence[Member], turn: int) -> None:
         """The turn's best eligible member becomes the role's incumbent text (docstring)."""

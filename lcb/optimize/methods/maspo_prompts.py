@@ -172,7 +172,8 @@ def item_reward(local: float, lookahead: float, global_: float) -> float:
 def render_turns(turns: Sequence[object], *, limit: int, chars: int) -> dict[str, str]:
     """The last `limit` invocations of a role (`lcb.optimize.graph.RoleTurn`), each input,
     output and tool calls clipped to `chars`, as headed texts for a prompt."""
-    from lcb.optimize.methods.reflection import clip, render_args
+    from lcb.optimize.methods.reflection import render_args
+    from lcb.text import clip
 
     shown: dict[str, str] = {}
     for turn in list(turns)[-limit:]:

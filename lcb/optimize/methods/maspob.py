@@ -12,8 +12,8 @@ Contract:
 - Pulls (charged): pull 0 runs the seed combination, pulls 1 .. `warmup` - 1 random
   combinations (drawn once from the seed; 5 at the default 6), later ones LinUCB's choice.
   A pull runs the combination's bundle on the next `rows_per_pull` rows of a rotating pass
-  over the train split (shuffled once from the seed), iteration = pull number + 1; its
-  score is the mean.
+  over the train split (shuffled once from the seed: `strategies.batches` `draw` of every
+  row, then `Rotation`), iteration = pull number + 1; its score is the mean.
 - After every pull a fresh surrogate (`surrogate.fit`, torch seed = base + pull number, base =
   42 + 1000 * optimizer seed) is fitted to all pulls; LinUCB (`linucb.Posterior`, features =
   the surrogate's last-layer features and a constant 1, `ridge` = lambda) is refitted on the
@@ -23,7 +23,8 @@ Contract:
 - Gate (charged, on by default; `gate=false` is the paper's rule): an incumbent that is not
   the seed is run again, and the seed with it, on the first `rows_per_pull` rows the
   incumbent was pulled on, both at the gate's iteration (fresh samples, paired request
-  seeds); it is adopted only when its mean there is strictly higher than the seed's. Neither
+  seeds); it is adopted only when its mean there, over the rows both got back, is strictly
+  higher than the seed's (`strategies.gates.strictly_better`). Neither
   row luck nor the lucky scores that made it the incumbent can make a prompt win.
   2 x `rows_per_pull` units stay in reserve for it while pulling.
 - Budget: a pull starts only when `rows_per_pull` (+ the reserve) is available; the seed pull
@@ -54,21 +55,28 @@ import asyncio
 import importlib
 import json
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import bundle_hash, thaw
 from lcb.optimize.embed import MODEL_PACKAGE, MODEL_VERSION, EmbeddingsUnavailable
-from lcb.optimize.method import Bundle, OptimizeContext, Rollout
+from lcb.optimize.method import Bundle, OptimizeContext, TeamSpec, Uncharged
 from lcb.optimize.methods.maspob_pool import PoolBuilder
+from lcb.optimize.methods.maspob_search import (
+    Bandit,
+    Combo,
+    Pull,
+    Search,
+    listed,
+    row_scores,
+)
 from lcb.optimize.settings import check_int_fields
+from lcb.optimize.strategies.batches import Rotation, draw, seeded_rng
+from lcb.optimize.strategies.gates import scores_of, strictly_better
 
 KEY = "maspob"
-Combo = tuple[int, ...]  # one variant index per role, in graph order
 SEED_BASE, SEED_STEP = 42, 1000
 log = logging.getLogger(__name__)
 
@@ -131,7 +139,7 @@ class EmbeddingsMissing(RuntimeError):
     """maspob embeds its pools, and the sentence-embedding model is not installed."""
 
 
-def require_embeddings(ctx: OptimizeContext) -> None:
+def require_embeddings(ctx: Uncharged) -> None:
     """Raise `EmbeddingsMissing` (naming `EMBEDDINGS_INSTALL`) when `ctx.embed` cannot embed
     the first role's seed text, so that no call or rollout is spent before it fails."""
     try:
@@ -139,107 +147,6 @@ def require_embeddings(ctx: OptimizeContext) -> None:
     except EmbeddingsUnavailable as err:
         raise EmbeddingsMissing(f"maspob embeds its prompt variants and the embedding model "
                                 f"is not available ({err}): {EMBEDDINGS_INSTALL}") from err
-
-# --- the search ----------------------------------------------------------------------------
-@dataclass
-class Pull:
-    """One charged pull: a combination on some train rows, and the rows' scores."""
-
-    combo: Combo
-    rows: list[str]
-    scores: list[float]
-
-    @property
-    def mean(self) -> float:
-        return sum(self.scores) / len(self.scores)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"combo": list(self.combo), "rows": self.rows, "scores": self.scores}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Pull:
-        return cls(tuple(data["combo"]), list(data["rows"]), [float(s) for s in data["scores"]])
-
-
-@dataclass
-class Search:
-    """Everything a rerun needs to go on (the checkpoint state)."""
-
-    pools: dict[str, list[str]]
-    pulls: list[Pull] = field(default_factory=list)
-    cursor: int = 0
-    incumbent: Combo | None = None
-    next: Combo | None = None
-    fit_seconds: list[float] = field(default_factory=list)
-
-    @property
-    def train_s(self) -> float:
-        return sum(self.fit_seconds)
-
-    def state(self) -> dict[str, Any]:
-        return {"pools": self.pools, "pulls": [p.to_json() for p in self.pulls],
-                "cursor": self.cursor, "incumbent": _listed(self.incumbent),
-                "next": _listed(self.next), "fit_seconds": self.fit_seconds,
-                "surrogate_train_s": self.train_s}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Search:
-        return cls(pools={r: list(p) for r, p in state["pools"].items()},
-                   pulls=[Pull.from_json(p) for p in state["pulls"]],
-                   cursor=int(state["cursor"]), incumbent=_combo(state["incumbent"]),
-                   next=_combo(state["next"]),
-                   fit_seconds=[float(v) for v in state["fit_seconds"]])
-
-
-def _listed(combo: Combo | None) -> list[int] | None:
-    return None if combo is None else list(combo)
-
-
-def _combo(data: list[int] | None) -> Combo | None:
-    return None if data is None else tuple(int(v) for v in data)
-
-
-class Bandit:
-    """The surrogate and LinUCB over one search's pools (module docstring)."""
-
-    def __init__(self, roles: Sequence[str], edges: Sequence[tuple[str, str]],
-                 embeddings: list[list[list[float]]], settings: MaspobSettings) -> None:
-        import torch
-
-        from lcb.optimize.methods import linucb, surrogate
-
-        self.surrogate, self.linucb, self.settings = surrogate, linucb, settings
-        self.embeddings = [torch.tensor(e, dtype=surrogate.DTYPE) for e in embeddings]
-        self.adj = surrogate.adjacency(roles, edges)
-        self.model: Any = None
-        self.posterior: Any = None
-
-    def features(self, combos: Sequence[Combo]) -> list[list[float]]:
-        x = self.surrogate.node_features(self.embeddings, combos)
-        return [[*phi, 1.0] for phi in self.surrogate.predict_features(self.model, x, self.adj)]
-
-    def refit(self, pulls: Sequence[Pull], *, seed: int) -> dict[str, float]:
-        """A fresh surrogate and posterior on `pulls`; the fit's report."""
-        import torch
-
-        s = self.settings
-        combos = [p.combo for p in pulls]
-        x = self.surrogate.node_features(self.embeddings, combos)
-        y = torch.tensor([p.mean for p in pulls], dtype=self.surrogate.DTYPE)
-        self.model, report = self.surrogate.fit(x, y, self.adj, hidden=s.hidden, lr=s.lr,
-                                                epochs=s.epochs, patience=s.patience, seed=seed)
-        self.posterior = self.linucb.Posterior.fit(self.features(combos), [p.mean for p in pulls],
-                                              lam=s.ridge)
-        return {**report.to_record(), "seconds": report.seconds}
-
-    def means(self, combos: Sequence[Combo]) -> list[float]:
-        assert self.posterior is not None
-        return [float(v) for v in self.posterior.mean(self.features(combos))]
-
-    def ucb(self, combos: list[Combo]) -> list[float]:
-        assert self.posterior is not None
-        return [float(v) for v in self.posterior.ucb(self.features(combos),
-                                                     alpha=self.settings.alpha)]
 
 # --- the method ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -278,7 +185,8 @@ class Maspob:
         bandit = Bandit(graph.roles, graph.edges,
                         [ctx.embed(search.pools[role]) for role in graph.roles], s)
         self.timings["embed_s"] = time.perf_counter() - started
-        order = random.Random(f"{KEY}:rows:{base}").sample(train, len(train))
+        order = draw(train, len(train), seeded_rng(KEY, "rows", base))
+        batches = Rotation.over(order, rows)
         seed_combo = (0,) * len(graph.roles)
         warm = self._warmup(search, base)
         topo = [graph.roles.index(role) for role in graph.topological_order()]
@@ -287,7 +195,7 @@ class Maspob:
             t = len(search.pulls)
             combo = seed_combo if t == 0 else warm[t - 1] if t < s.warmup else search.next
             assert combo is not None
-            batch = [order[(search.cursor + i) % len(order)] for i in range(rows)]
+            batch = batches.at(search.cursor)
             pull = await self._pull(ctx, search, combo, batch, iteration=t + 1)
             if pull is None:
                 break
@@ -325,7 +233,7 @@ class Maspob:
                                 s.temperature) for role in roles]
         pools = await asyncio.gather(*(b.build() for b in builders))  # one purpose per role
         for builder in builders:  # recorded in role order, whichever reply came first
-            builder.flush()
+            builder.flush(ctx)
         for role, pool in zip(roles, pools, strict=True):
             if len(pool) < s.pool_size:
                 log.warning("maspob: the pool of %s holds %d of %d variants", role, len(pool),
@@ -334,13 +242,13 @@ class Maspob:
 
     def _warmup(self, search: Search, base: int) -> list[Combo]:
         """The random warm-up combinations (after the seed pull), drawn once from the seed."""
-        rng = random.Random(f"{KEY}:warmup:{base}")
+        rng = seeded_rng(KEY, "warmup", base)
         sizes = [len(pool) for pool in search.pools.values()]
         return [tuple(rng.randrange(n) for n in sizes) for _ in range(self.settings.warmup - 1)]
 
-    def _bundle(self, ctx: OptimizeContext, search: Search, combo: Combo) -> Bundle:
-        return ctx.validate({role: search.pools[role][v]
-                             for role, v in zip(search.pools, combo, strict=True)})
+    def _bundle(self, team: TeamSpec, search: Search, combo: Combo) -> Bundle:
+        return team.validate({role: search.pools[role][v]
+                              for role, v in zip(search.pools, combo, strict=True)})
 
     async def _pull(self, ctx: OptimizeContext, search: Search, combo: Combo,
                     batch: list[Problem], *, iteration: int) -> Pull | None:
@@ -357,7 +265,7 @@ class Maspob:
         mean = bandit.means([pull.combo])[0]
         evidence = {"pull": t, "warmup": t < self.settings.warmup, "combo": list(pull.combo),
                     "rows": pull.rows, "posterior_mean": round(mean, 6),
-                    "incumbent": _listed(search.incumbent), "next": _listed(search.next),
+                    "incumbent": listed(search.incumbent), "next": listed(search.next),
                     "next_ucb": None if next_ucb is None else round(next_ucb, 6), "fit": fit}
         scores = {"train_pull": pull.mean, "posterior_mean": mean}
         if not any(pull.combo):
@@ -380,17 +288,15 @@ class Maspob:
         if not self.settings.gate:
             return bundle
         by_id = {p.id: p for p in order}
-        batch = [by_id[pid] for pid in _row_scores(search.pulls, winner)]
+        batch = [by_id[pid] for pid in row_scores(search.pulls, winner)]
         batch = batch[:min(rows, max(ctx.ledger.available, 0) // 2)]
         ours, theirs = await asyncio.gather(ctx.rollouts(bundle, batch, iteration=iteration),
                                             ctx.rollouts(seed, batch, iteration=iteration))
-        paired = [(p.id, a.score, b.score) for p, a, b in zip(batch, ours, theirs, strict=True)
-                  if isinstance(a, Rollout) and isinstance(b, Rollout)]
-        mine, base = _mean([a for _, a, _ in paired]), _mean([b for _, _, b in paired])
-        adopt = bool(paired) and mine > base
-        scores = {"gate_incumbent": mine, "gate_seed": base}
-        evidence = {"combo": list(winner), "rows": [pid for pid, _, _ in paired],
-                    "incumbent": [a for _, a, _ in paired], "seed": [b for _, _, b in paired]}
+        gate = strictly_better(scores_of(batch, ours), scores_of(batch, theirs))
+        adopt, paired = gate.adopted, gate.paired
+        scores = {"gate_incumbent": gate.candidate, "gate_seed": gate.incumbent}
+        evidence = {"combo": list(winner), "rows": list(paired.rows),
+                    "incumbent": list(paired.values[0]), "seed": list(paired.values[1])}
         ctx.record_proposal(bundle, parent=bundle_hash(seed),
                             roles=[r for r in seed if bundle[r] != seed[r]], accepted=adopt,
                             scores=scores, scored_on="train",
@@ -401,20 +307,6 @@ class Maspob:
         ctx.record_candidate(bundle, scores=scores, iteration=iteration,
                              note="incumbent by posterior mean, beat the seed on a paired rerun")
         return dict(bundle)
-
-
-def _row_scores(pulls: Sequence[Pull], combo: Combo | None) -> dict[str, list[float]]:
-    """Row id -> the scores `combo` (None: the seed) got on it, rows in first-pulled order."""
-    rows: dict[str, list[float]] = {}
-    for pull in pulls:
-        if pull.combo == combo or (combo is None and not any(pull.combo)):
-            for pid, score in zip(pull.rows, pull.scores, strict=True):
-                rows.setdefault(pid, []).append(score)
-    return rows
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
 
 
 def make(**settings: object) -> Maspob:

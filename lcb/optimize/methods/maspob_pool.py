@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcb.optimize.bundle import BundleError, bundle_hash, thaw, updated
-from lcb.optimize.method import OptimizeContext
+from lcb.optimize.method import Recorder, Uncharged
 
 PURPOSE = "maspob:variants"
 GENERATION_HEADER = "## Styles, one per version"
@@ -127,7 +127,7 @@ class PoolBuilder:
     leaves the pool short is followed by one asking for the missing count, `rounds` in all;
     then the pool stays smaller. Accepted variants are kept proposals (no score yet)."""
 
-    ctx: OptimizeContext
+    ctx: Uncharged
     role: str
     size: int
     per_call: int
@@ -135,11 +135,11 @@ class PoolBuilder:
     temperature: float
     records: list[dict[str, Any]] = field(default_factory=list)
 
-    def flush(self) -> None:
+    def flush(self, recorder: Recorder) -> None:
         """Record the pool's proposals (held back while pools of several roles are built at
         once, so that the history's order does not depend on which reply came first)."""
         for record in self.records:
-            self.ctx.record_proposal(**record)
+            recorder.record_proposal(**record)
         self.records.clear()
 
     async def build(self) -> list[str]:

@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import thaw
 from lcb.optimize.method import Bundle, OptimizeContext
-from lcb.optimize.methods.reflection import LoopBridge, clip, run_in_thread
+from lcb.optimize.methods.reflection import LoopBridge, run_in_thread
+from lcb.text import clip
 
 if TYPE_CHECKING:  # DSPy (extra `optimize`) is imported when the method runs
     from lcb.optimize.methods.mipro_program import TeamRunner

@@ -34,8 +34,9 @@ from dspy.lm15 import Message, Response
 
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash
-from lcb.optimize.method import OptimizeContext, ReflectionError, Rollout
-from lcb.optimize.methods.reflection import LoopBridge, clip, first_and_last
+from lcb.optimize.method import LanguageModels, OptimizeContext, ReflectionError, Rollout
+from lcb.optimize.methods.reflection import LoopBridge, first_and_last
+from lcb.text import clip
 
 log = logging.getLogger(__name__)
 ATTR_PREFIX = "role__"
@@ -197,7 +198,7 @@ def rollout_metric(_example: Any, prediction: Any, _trace: Any = None) -> float:
 class ReflectionEngine:
     """A DSPy engine whose one call is `ctx.reflect` (see the module docstring)."""
 
-    def __init__(self, ctx: OptimizeContext, bridge: LoopBridge, runner: TeamRunner, *,
+    def __init__(self, ctx: LanguageModels, bridge: LoopBridge, runner: TeamRunner, *,
                  purpose: str = "mipro:propose") -> None:
         self.ctx, self.bridge, self.runner, self.purpose = ctx, bridge, runner, purpose
 

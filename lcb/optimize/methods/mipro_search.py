@@ -40,6 +40,7 @@ from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.methods.mipro_program import ATTR_PREFIX
 
 if TYPE_CHECKING:
+    from lcb.optimize.method import Recorder
     from lcb.optimize.methods.mipro_method import SearchPlan
     from lcb.optimize.methods.mipro_program import TeamRunner
 
@@ -69,7 +70,8 @@ class SearchLog:
     """See the module docstring."""
 
     def __init__(self, runner: TeamRunner, restored: dict | None) -> None:
-        self.runner, self.ctx, self.restored = runner, runner.ctx, restored
+        self.runner, self.restored = runner, restored
+        self.ctx: Recorder = runner.ctx  # the search only records: history and checkpoints
         self.seed = dict(runner.ctx.seed_bundle)
         self.seed_hash = bundle_hash(self.seed)
         self.best_hash: str | None = None

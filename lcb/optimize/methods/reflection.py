@@ -35,6 +35,8 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from lcb.text import clip
+
 T = TypeVar("T")
 
 BEGIN_MARK = "=== REVISED PROMPT ==="
@@ -42,17 +44,7 @@ END_MARK = "=== END OF PROMPT ==="
 TEMPLATE_WORDING = "the complete new prompt"  # the answer template's placeholder, in our prompts
 MIN_KEPT = 0.3  # a proposal keeps at least this share of the current role text's length
 GROWTH, SLACK = 4, 2000  # ... and is at most GROWTH x the seed's role text + SLACK characters
-CLIP_NOTE = " [... clipped ...] "
 MIN_SHARE = 200  # characters a message keeps however many share a record
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` cut to about `limit` characters, keeping its head and its tail."""
-    if limit <= 0 or len(text) <= limit:
-        return text
-    head = max(1, (limit * 2) // 3)
-    tail = max(1, limit - head)
-    return text[:head] + CLIP_NOTE + text[-tail:]
 
 
 def require_positive(owner: object, *names: str) -> None:

@@ -1,11 +1,13 @@
 """`tavo`: trajectory-aware verbalized optimization (OpenReview dkbQwUp9gW), our build.
 
 Contract (steps in `docs/optimizers/tavo.md`):
-- Batches, drawn once from `random.Random("tavo:<optimizer seed>")`: `train_batch` train rows
-  (fewer when train is smaller) and a validation batch of `val_batch_size(B, |val|)` rows,
-  `max(3, (B - 30) // 6)` capped at |val| unless `val_batch` is set.
+- Batches, drawn once from `random.Random("tavo:<optimizer seed>")` (`strategies.batches`:
+  `draw`, train first): `train_batch` train rows (fewer when train is smaller) and a
+  validation batch of `val_batch_size(B, |val|)` rows, `max(3, (B - 30) // 6)` capped at
+  |val| unless `val_batch` is set.
 - The seed is scored once on the validation batch (iteration 0). A round: the chain's bundle
-  on the train batch (iteration = round number) -> `split_transcript` -> one judge call per
+  on the train batch (iteration = round number) -> `tavo_credit` (`split_transcript` and
+  `Credit`: they make uncharged calls only) -> one judge call per
   sub-trajectory (`tavo:subtraj`, T = 0.3) -> one judge call per (task, agent that took a
   turn) (`tavo:agent`, T = 0.5) -> per role one merge call (`tavo:merge`, reflect) over the
   edits of every agent holding it (replicas of a shared prompt collapse onto their role),
@@ -39,35 +41,30 @@ Contract (steps in `docs/optimizers/tavo.md`):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import BundleError, bundle_hash, thaw
-from lcb.optimize.graph import STEP_KEYS, invocations
-from lcb.optimize.method import Bundle, OptimizeContext, Rollout
-from lcb.optimize.methods import tavo_prompts as tp
-from lcb.optimize.methods.reflection import clip
+from lcb.optimize.method import Bundle, Evaluator, OptimizeContext
+from lcb.optimize.methods.tavo_credit import Credit
 from lcb.optimize.methods.tavo_parts import (  # noqa: F401 - re-exported for tests and docs
     EPS,
     OVERLAY_BEGIN,
     OVERLAY_END,
     gate,
-    mean_of,
     merge_fallback,
     overlay_rules,
     paired_gate,
-    pick_sources,
     propose,
     with_overlay,
 )
 from lcb.optimize.settings import check_int_fields
-from lcb.teams.centralized import MANAGER, TOOL
+from lcb.optimize.strategies.batches import draw, seeded_rng
+from lcb.optimize.strategies.gates import pair, scores_of
 
 KEY = "tavo"
 log = logging.getLogger(__name__)
@@ -117,73 +114,6 @@ class TavoSettings:
 
 
 SETTINGS = TavoSettings  # `--set` keys and job.json's method_settings (lcb.optimize.settings)
-
-
-# --- sub-trajectories ---------------------------------------------------------------------
-@dataclass
-class SubTrajectory:
-    """One step of a run: the acting agent's turn and what belongs to it (`split_transcript`)."""
-
-    agent: str
-    role: str
-    step: int | None
-    entries: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _step_of(entry: Mapping[str, Any]) -> int | None:
-    return next((entry[key] for key in STEP_KEYS if key in entry), None)
-
-
-def _turns(entries: Sequence[Mapping[str, Any]]) -> list[SubTrajectory]:
-    """One sub-trajectory per assistant message, with the tool replies that follow it."""
-    steps: list[SubTrajectory] = []
-    for entry in entries:
-        if entry.get("type") == "assistant":
-            steps.append(SubTrajectory(str(entry.get("source")), str(entry.get("role")),
-                                       _step_of(entry), [dict(entry)]))
-        elif entry.get("type") == "tool" and steps and steps[-1].agent == entry.get("source"):
-            steps[-1].entries.append(dict(entry))
-    return steps
-
-
-def split_transcript(transcript: Sequence[Mapping[str, Any]], *,
-                     topology: str) -> list[SubTrajectory]:
-    """A run cut into sub-trajectories (system and user messages are inputs, left out).
-
-    Centralized: one per manager turn: the manager's message, then the runs of the workers it
-    delegated to in that turn (their messages and tool replies), then the tool replies the
-    manager got. A worker run belongs to the turn whose `delegate` call names that worker
-    with an instruction its user message holds (first unmatched call), else to the last
-    manager turn. Other teams (and a centralized run without a manager turn): one per agent
-    turn (assistant message) plus the tool replies after it.
-    """
-    manager = [e for e in transcript if e.get("source") == MANAGER]
-    steps = _turns(manager) if topology == "centralized" else []
-    if not steps:
-        return _turns(transcript)
-    pending = [[(str(c["args"].get("worker")), str(c["args"].get("instruction") or "").strip())
-                for c in step.entries[0].get("tool_calls") or ()
-                if c.get("name") == TOOL and not c.get("invalid") and isinstance(c.get("args"),
-                                                                                  Mapping)]
-               for step in steps]
-    inserted = [1] * len(steps)  # where the next worker run goes: after the manager's message
-    for run in invocations([e for e in transcript if e.get("source") != MANAGER]):
-        home = _home(run, pending)
-        kept = [dict(e) for e in run if e.get("type") in ("assistant", "tool")]
-        steps[home].entries[inserted[home]:inserted[home]] = kept
-        inserted[home] += len(kept)
-    return steps
-
-
-def _home(run: Sequence[Mapping[str, Any]], pending: list[list[tuple[str, str]]]) -> int:
-    source = str(run[0].get("source"))
-    asked = "\n".join(str(e.get("content") or "") for e in run if e.get("type") == "user")
-    for index, calls in enumerate(pending):
-        for position, (worker, instruction) in enumerate(calls):
-            if worker == source and instruction and instruction in asked:
-                del calls[position]
-                return index
-    return len(pending) - 1
 
 
 # --- the schedule -----------------------------------------------------------------------
@@ -243,10 +173,10 @@ class Tavo:
 
     async def _start(self, ctx: OptimizeContext, train: list[Problem],
                      val: list[Problem]) -> dict[str, Any] | None:
-        rng = random.Random(f"{KEY}:{ctx.optimizer_seed}")
-        batch = rng.sample(train, min(self.settings.train_batch, len(train)))
-        val_rows = rng.sample(val, val_batch_size(ctx.ledger.total, len(val),
-                                                  self.settings.val_batch))
+        rng = seeded_rng(KEY, ctx.optimizer_seed)
+        batch = draw(train, self.settings.train_batch, rng)
+        val_rows = draw(val, val_batch_size(ctx.ledger.total, len(val), self.settings.val_batch),
+                        rng)
         least = 2 * len(val_rows) + len(batch)
         if ctx.ledger.available < least:
             log.warning("tavo: a budget of %d rollouts cannot pay for the seed's scoring and "
@@ -254,7 +184,7 @@ class Tavo:
             return None
         seed = thaw(ctx.seed_bundle)
         seed_rows = await _rows(ctx, seed, val_rows)
-        score, margin = mean_of(seed_rows), self.settings.gate_margin
+        score, margin = pair(seed_rows).mean(0), self.settings.gate_margin
         stop = None
         if all(v is None for v in seed_rows.values()):
             stop = "the seed got no rollout on the validation batch"
@@ -316,139 +246,14 @@ class Tavo:
                 "best_rows": rows, "adopted": [*state["adopted"], number]}
 
 
-async def _rows(ctx: OptimizeContext, bundle: Mapping[str, str],
+async def _rows(evaluator: Evaluator, bundle: Mapping[str, str],
                 rows: Sequence[Problem]) -> dict[str, float | None]:
     """Each row's score at iteration 0 (paired request seeds); None: no rollout came back."""
-    results = await ctx.rollouts(bundle, list(rows), iteration=0)
-    return {p.id: None if r is None else r.score for p, r in zip(rows, results, strict=True)}
+    return scores_of(rows, await evaluator.rollouts(bundle, list(rows), iteration=0))
 
 
 def _reason(evidence: Mapping[str, Any], verdict: str) -> str:
     return json.dumps({**evidence, "verdict": verdict}, ensure_ascii=False, sort_keys=True)
-
-
-@dataclass
-class Credit:
-    """Steps 2-5 of one round: sub-trajectory judgments, agent credit, merged edits per role."""
-
-    settings: TavoSettings
-    ctx: OptimizeContext
-    chain: Bundle
-    evidence: dict[str, Any]
-
-    async def edits_by_role(self, runs: Sequence[tuple[Problem, Rollout]]) -> dict[str, tp.Edits]:
-        s, ctx = self.settings, self.ctx
-        splits = [split_transcript(r.team.transcript, topology=ctx.topology) for _, r in runs]
-        asks = [self._step_prompt(p, r, steps, k) for (p, r), steps in zip(runs, splits,
-                                                                           strict=True)
-                for k in range(len(steps))]
-        replies = await asyncio.gather(*(ctx.judge(a, purpose=f"{KEY}:subtraj",
-                                                   temperature=s.subtraj_temperature)
-                                         for a in asks))
-        parsed = iter([tp.parse_step(reply) for reply in replies])
-        judged = [[next(parsed) for _ in steps] for steps in splits]
-        agents = [(i, agent, role) for i, (_, r) in enumerate(runs)
-                  for agent, role in tp.actors(r.team.transcript).items()]
-        credit_asks = [self._agent_prompt(runs[i], splits[i], judged[i], agent, role)
-                       for i, agent, role in agents]
-        answers = await asyncio.gather(*(ctx.judge(a, purpose=f"{KEY}:agent",
-                                                   temperature=s.agent_temperature)
-                                         for a in credit_asks))
-        credits = [tp.parse_credit(answer) for answer in answers]
-        self._note(runs, splits, judged, agents, credits)
-        by_role: dict[str, list[tuple[float, str, tp.Edits]]] = {}
-        for (i, agent, role), credit in zip(agents, credits, strict=True):
-            if credit is not None and any(credit.edits.values()) and role in self.chain:
-                by_role.setdefault(role, []).append(
-                    (credit.score, f"run {i + 1}, agent {agent}, score {credit.score:g}",
-                     credit.edits))
-        self.evidence["sources"] = {role: [min(len(found), s.merge_sources), len(found)]
-                                    for role, found in by_role.items()}
-        merged = await asyncio.gather(*(self._merge(role, pick_sources(found, s.merge_sources))
-                                        for role, found in by_role.items()))
-        return dict(zip(by_role, merged, strict=True))
-
-    def _step_prompt(self, problem: Problem, rollout: Rollout, steps: list[SubTrajectory],
-                     k: int) -> str:
-        s = self.settings
-        earlier = tp.render_steps([st.entries for st in steps[:k]], clip_chars=s.clip_chars)
-        current = tp.render_steps([steps[k].entries], clip_chars=s.clip_chars, first=k + 1)
-        return tp.subtraj_prompt(
-            topology=self.ctx.topology, task=clip(problem.statement, s.context_chars),
-            outcome=tp.outcome_text(rollout.score, rollout.feedback, chars=s.clip_chars),
-            earlier=clip(earlier, s.context_chars), step=clip(current, s.context_chars),
-            actor=f"{steps[k].agent} (role {steps[k].role})", number=k + 1, total=len(steps))
-
-    def _agent_prompt(self, run: tuple[Problem, Rollout], steps: list[SubTrajectory],
-                      judged: list[tp.StepJudgment | None], agent: str, role: str) -> str:
-        s, (problem, rollout) = self.settings, run
-        transcript = rollout.team.transcript
-        mine = [e for e in transcript if e.get("source") == agent]
-        said = "\n".join(tp.render_entry(e, clip_chars=s.clip_chars) for e in mine
-                         if e.get("type") == "assistant")
-        usage = dict(rollout.team.fields.get("usage_by_agent", {}).get(agent, {}))
-        usage["tool_calls"] = sum(len(e.get("tool_calls") or ()) for e in mine)
-        return tp.agent_prompt(
-            topology=self.ctx.topology, agent=agent, role=role,
-            task=clip(problem.statement, s.context_chars),
-            outcome=tp.outcome_text(rollout.score, rollout.feedback, chars=s.clip_chars),
-            step_scores=clip(tp.step_scores([(st.agent, j) for st, j in zip(
-                steps, judged, strict=True)]), s.context_chars),
-            prompt=self.chain.get(role, ""),
-            asked=clip(tp.asked_of(transcript, agent), s.context_chars) or "(nothing)",
-            said=clip(said, s.context_chars) or "(nothing)",
-            usage=", ".join(f"{k} {v}" for k, v in sorted(usage.items())))
-
-    async def _merge(self, role: str, sources: list[tuple[str, tp.Edits]]) -> tp.Edits:
-        s = self.settings
-        reply = await self.ctx.reflect(tp.merge_prompt(role=role, sources=sources, caps=s.caps),
-                                       purpose=f"{KEY}:merge", temperature=s.merge_temperature)
-        data = tp.json_object(reply)
-        merged = tp.parse_edits(data) if data is not None else None
-        how = self.evidence.setdefault("merge", {})
-        if merged is None or not any(merged.values()):
-            how[role] = "fallback"
-            merged = merge_fallback([e for _, e in sources], s.caps)
-        else:
-            how[role] = "llm"
-            merged = {kind: merged[kind][:s.caps[kind]] for kind in tp.EDIT_KINDS}
-        self.evidence.setdefault("edits", {})[role] = merged
-        return merged
-
-    def _note(self, runs: Sequence[tuple[Problem, Rollout]], splits: list[list[SubTrajectory]],
-              judged: list[list[tp.StepJudgment | None]], agents: list[tuple[int, str, str]],
-              credits: list[tp.AgentCredit | None]) -> None:
-        steps: dict[str, list[float]] = {}
-        for run_steps, run_judged in zip(splits, judged, strict=True):
-            for step, judgment in zip(run_steps, run_judged, strict=True):
-                if judgment is not None:
-                    steps.setdefault(step.agent, []).append(sum(judgment.scores()) / 3)
-        by_agent: dict[str, list[float]] = {}
-        by_role: dict[str, list[float]] = {}
-        for (_, agent, role), credit in zip(agents, credits, strict=True):
-            if credit is not None:
-                by_agent.setdefault(agent, []).append(credit.score)
-                by_role.setdefault(role, []).append(credit.score)
-        mean = {name: round(sum(v) / len(v), 3) for name, v in steps.items()}
-        self.evidence["credit"] = [_credit_note(runs[i][0].id, agent, role, credit)
-                                   for (i, agent, role), credit in zip(agents, credits,
-                                                                       strict=True)]
-        self.evidence.update(
-            steps=mean, agents={a: round(sum(v) / len(v), 3) for a, v in by_agent.items()},
-            roles={r: round(sum(v) / len(v), 3) for r, v in by_role.items()},
-            unusable={"subtraj": sum(j is None for js in judged for j in js),
-                      "agent": sum(c is None for c in credits)},
-            calls={"subtraj": sum(map(len, splits)), "agent": len(agents)})
-
-
-def _credit_note(task: str, agent: str, role: str, credit: tp.AgentCredit | None
-                 ) -> dict[str, Any]:
-    """One (task, agent) credit as the history shows it: clipped, the edits before merging."""
-    note: dict[str, Any] = {"task": task, "agent": agent, "role": role}
-    if credit is None:
-        return {**note, "unusable": True}
-    return {**note, "score": credit.score, "analysis": clip(credit.causal_analysis, 240),
-            "edits": {k: [clip(item, 120) for item in v] for k, v in credit.edits.items() if v}}
 
 
 def make(**settings: object) -> Tavo:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from lcb.agents.prompts import placeholders_in
 from lcb.optimize.bundle import role_problems
-from lcb.optimize.method import Bundle, OptimizeContext
+from lcb.optimize.method import Bundle, Uncharged
 from lcb.optimize.methods import tavo_prompts as tp
-from lcb.optimize.methods.reflection import clip
+from lcb.optimize.strategies.gates import pair
+from lcb.text import clip
 
 if TYPE_CHECKING:
     from lcb.optimize.methods.tavo import TavoSettings
@@ -122,10 +123,10 @@ class Update:
     rules: list[str] = field(default_factory=list)
 
 
-async def propose(ctx: OptimizeContext, settings: TavoSettings, *, chain: Bundle,
+async def propose(ctx: Uncharged, settings: TavoSettings, *, chain: Bundle,
                   base: Mapping[str, str], rules: Sequence[str], edits: Mapping[str, tp.Edits],
                   evidence: dict[str, Any]) -> Update:
-    """The policy update of one round (`settings.update_mode`)."""
+    """The policy update of one round (`settings.update_mode`): uncharged reflect calls."""
     pooled = [(role, e) for role, e in edits.items() if any(e.values())]
     if not pooled:
         return Update(None, why="no editing instructions for any role")
@@ -135,7 +136,7 @@ async def propose(ctx: OptimizeContext, settings: TavoSettings, *, chain: Bundle
     return await _rewrite(ctx, settings, chain=chain, pooled=pooled, evidence=evidence)
 
 
-async def _overlay(ctx: OptimizeContext, s: TavoSettings, *, base: Mapping[str, str],
+async def _overlay(ctx: Uncharged, s: TavoSettings, *, base: Mapping[str, str],
                    rules: Sequence[str], pooled: list[tuple[str, tp.Edits]],
                    evidence: dict[str, Any]) -> Update:
     bounds = (s.min_rules, s.max_rules)
@@ -160,7 +161,7 @@ async def _overlay(ctx: OptimizeContext, s: TavoSettings, *, base: Mapping[str, 
                   rules=kept)
 
 
-async def _rewrite(ctx: OptimizeContext, s: TavoSettings, *, chain: Bundle,
+async def _rewrite(ctx: Uncharged, s: TavoSettings, *, chain: Bundle,
                    pooled: list[tuple[str, tp.Edits]], evidence: dict[str, Any]) -> Update:
     seed = ctx.seed_bundle
     prompts = [tp.rewrite_prompt(role=role, topology=ctx.topology, current=chain[role], edits=e,
@@ -200,22 +201,15 @@ def gate(score: float, *, seed: float, best: float, margin: float) -> bool:
     return score >= seed + margin - EPS and score >= best - EPS
 
 
-def mean_of(rows: Rows, ids: Sequence[str] | None = None) -> float:
-    """The mean score over `ids` (default: every row with a rollout); 0 when there is none."""
-    values = [rows[i] for i in (ids if ids is not None else rows) if rows[i] is not None]
-    return sum(values) / len(values) if values else 0.0  # type: ignore[arg-type]
-
-
 def paired_gate(candidate: Rows, *, seed: Rows, best: Rows, margin: float
                 ) -> tuple[bool, dict[str, Any]]:
-    """The gate over the rows where the seed, the best and the candidate all ran."""
-    paired = [i for i in candidate
-              if None not in (candidate[i], seed.get(i), best.get(i))]
-    numbers: dict[str, Any] = {"paired": len(paired), "margin": margin,
-                               "missing": [i for i in candidate if i not in paired]}
-    if not paired:
+    """The gate over the rows where the seed, the best and the candidate all ran
+    (`lcb.optimize.strategies.gates.pair`, in the candidate's row order)."""
+    paired = pair(candidate, seed, best)
+    numbers: dict[str, Any] = {"paired": len(paired.rows), "margin": margin,
+                               "missing": list(paired.missing)}
+    if not paired.rows:
         return False, numbers
-    numbers.update(score=mean_of(candidate, paired), seed=mean_of(seed, paired),
-                   best=mean_of(best, paired))
+    numbers.update(score=paired.mean(0), seed=paired.mean(1), best=paired.mean(2))
     return gate(numbers["score"], seed=numbers["seed"], best=numbers["best"],
                 margin=margin), numbers

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lcb.optimize.methods.reflection import clip, marked_text, render_args
+from lcb.optimize.methods.reflection import marked_text, render_args
 from lcb.teams.centralized import MANAGER, TOOL
+from lcb.text import clip
 
 EDIT_KINDS = ("add", "remove", "restructure")
 SCORE_KEYS = ("progress", "coordination", "stage_appropriateness")

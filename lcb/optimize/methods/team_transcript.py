@@ -53,9 +53,10 @@ from lcb.agents.prompts import question_prompt
 from lcb.data.problems import Problem
 from lcb.optimize.graph import STEP_KEYS
 from lcb.optimize.method import Rollout
-from lcb.optimize.methods.reflection import MIN_SHARE, clip, render_args, require_positive
+from lcb.optimize.methods.reflection import MIN_SHARE, render_args, require_positive
 from lcb.teams.centralized import STEP_KEY as DELEGATION
 from lcb.teams.centralized import TOOL as DELEGATE
+from lcb.text import clip
 
 TASK_NOTE = "[the task, shown above]"
 TASK_MIN = 40  # shorter statements are left in place (they could be part of anything)

@@ -1,5 +1,8 @@
 """Code extraction: find the program an agent submitted in its final message.
 
+Standard library only, below every lcb package: agents strip reasoning with `strip_think`,
+teams find the submitted program with `extract_code`.
+
 The rule (from the specification), applied after `strip_think` has removed the reasoning:
 take the last fenced block that parses as Python, preferring blocks labelled `python`/`py`
 (also `python3`, `py3`, any case) over bare fences, and skipping blocks that start with `{` or
@@ -92,6 +95,12 @@ def strip_think(text: str) -> str:
     >>> strip_think("<think>try x</think>\\nAnswer")
     'Answer'
     """
+    return _without_think(text).strip()
+
+
+def _without_think(text: str) -> str:
+    """`strip_think` without the final strip: an indented fence on the first line of the
+    answer keeps its indentation, as its block's lines do."""
     _require_text(text)
     text = _THINK_PAIR.sub("", text)
     closes = list(_THINK_CLOSE.finditer(text))
@@ -100,7 +109,7 @@ def strip_think(text: str) -> str:
     opened = _THINK_OPEN.search(text)
     if opened:
         text = text[: opened.start()]
-    return text.strip()
+    return text
 
 
 def fenced_blocks(text: str) -> list[FencedBlock]:
@@ -135,7 +144,7 @@ def extract_code(text: str) -> str | None:
     """
     programs = [
         block
-        for block in fenced_blocks(strip_think(text))
+        for block in fenced_blocks(_without_think(text))
         if block.kind is not BlockKind.OTHER and is_program(block.code)
     ]
     terminated = [block for block in programs if block.closed] or programs

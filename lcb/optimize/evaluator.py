@@ -1,0 +1,171 @@
+"""The optimize phase's `Evaluator` (`lcb.optimize.method`): charged rollouts with replay.
+
+Contract:
+- `JobEvaluator.rollout` refuses any problem outside `data` (a test id raises `SplitLeak`)
+  and any bundle that does not keep exactly the seed's roles (`BundleError`). It seeds the
+  team run from (optimizer seed, optimize phase, iteration, row)
+  (`lcb.optimize.seeds.optimize_scope`).
+- Replay (`lcb.optimize.journal`): a rollout key (bundle, row, iteration, mask) already in the
+  journal is never run again. The first time this process asks for a journaled key (a resumed
+  job retracing its path) the journaled rollout is charged again in the ledger, which a
+  resumed job rebuilds from zero, so every journaled rollout is counted exactly once; any
+  further request for a key this process has seen is a replay: uncharged, no model call
+  (`replay=True`, counted in `replays`). Identical requests in flight at once run once.
+- A new key goes through `BudgetLedger.arun_rollout`: one unit reserved before dispatch,
+  charged for a usable run, refunded for an infrastructure failure (retried with the same seed);
+  `None` means nothing was charged. Each charged rollout is journaled (line + transcript).
+- `position()` is what a checkpoint holds of it (the latest iteration, the ledger, the
+  journal's length, the keys claimed); `fast_forward(saved)` moves it back to such a position,
+  for a method that skips the iterations before it instead of retracing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from lcb.data.problems import Problem
+from lcb.optimize.budget import BudgetExhausted, BudgetLedger
+from lcb.optimize.bundle import BundleError, bundle_hash, check_bundle
+from lcb.optimize.journal import RolloutJournal, rollout_key
+from lcb.optimize.method import Rollout
+from lcb.optimize.outcomes import Misconfigured
+from lcb.optimize.seeds import optimize_scope
+from lcb.optimize.splits import OptimizerData
+from lcb.optimize.teamrun import TeamRunner, refusal_of
+
+
+class JobEvaluator:
+    """The `Evaluator` of one job's optimize phase (see the module docstring)."""
+
+    def __init__(self, *, seed_bundle: Mapping[str, str], data: OptimizerData,
+                 ledger: BudgetLedger, optimizer_seed: int, runner: TeamRunner,
+                 job_dir: Path) -> None:
+        self.seed_bundle, self.data, self.ledger = seed_bundle, data, ledger
+        self.optimizer_seed, self.runner = optimizer_seed, runner
+        self.journal = RolloutJournal(Path(job_dir))
+        self.last_iteration = 0
+        self.replays = 0
+        self._claimed: set[str] = set()
+        self._in_flight: dict[str, asyncio.Future[Rollout | None]] = {}
+
+    async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
+                      active: frozenset[str] | None = None) -> Rollout | None:
+        """One rollout of `bundle` on a train/validation `problem` (module docstring)."""
+        self.data.problem(problem.id)  # raises SplitLeak for a test row, KeyError for others
+        problems = check_bundle(bundle, seed=self.seed_bundle)
+        if problems:
+            raise BundleError(problems)
+        frozen = dict(bundle)
+        self.last_iteration = max(self.last_iteration, iteration)
+        key = rollout_key(bundle_hash(frozen), problem.id, iteration, active)
+        while key in self._in_flight:  # the same requests are on their way: share the answer
+            shared = self._in_flight[key]
+            try:
+                return self._as_replay(await asyncio.shield(shared))
+            except asyncio.CancelledError:
+                if not shared.cancelled():
+                    raise  # this task was cancelled
+                # the task running it was cancelled, not this one: run it here
+        if key in self._claimed:
+            line = self.journal.lookup(key)
+            return self._as_replay(self.journal.load(line)) if line else None
+        future: asyncio.Future[Rollout | None] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            result = await self._first(key, frozen, problem, iteration=iteration, active=active)
+            future.set_result(result)
+            return result
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: sharers re-raise it, nobody else must
+            raise
+        finally:
+            del self._in_flight[key]
+
+    async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,
+                       iteration: int) -> list[Rollout | None]:
+        """Concurrent `rollout`s (the runner bounds them); earlier problems reserve first."""
+        return list(await asyncio.gather(
+            *(self.rollout(bundle, problem, iteration=iteration) for problem in problems)))
+
+    def _as_replay(self, rollout: Rollout | None) -> Rollout | None:
+        if rollout is None:
+            return None
+        self.replays += 1
+        return replace(rollout, replay=True)
+
+    async def _first(self, key: str, bundle: dict[str, str], problem: Problem, *,
+                     iteration: int, active: frozenset[str] | None) -> Rollout | None:
+        """The first request for `key` in this process: from the journal, or a real run."""
+        line = self.journal.lookup(key)
+        if line is not None:
+            journaled = self.journal.load(line)
+            try:  # counted again, and shown to the refusal watch as it was the first time
+                self.ledger.commit_replayed(journaled.problem_id, refusal=refusal_of(journaled),
+                                            answered=journaled.team.n_llm_calls > 0,
+                                            result=journaled)
+            except BudgetExhausted:
+                return None
+            self._claimed.add(key)
+            return journaled
+        abandoned = self.journal.abandonment(key)
+        if abandoned is not None:  # every try failed the first time: None again, uncharged
+            self.ledger.count_abandoned(int(abandoned["tries"]))
+            self._claimed.add(key)
+            return None
+        if self.ledger.available <= 0:
+            return None
+        scope = optimize_scope(optimizer_seed=self.optimizer_seed, iteration=iteration,
+                               row=problem.id)
+        started = time.monotonic()
+
+        def attempt() -> Any:
+            return self.runner.attempt(bundle, problem, seed=scope.rollout, iteration=iteration,
+                                       active=active)
+
+        try:
+            rollout = await self.ledger.arun_rollout(attempt)
+        except BudgetExhausted:  # another rollout took the last unit since the check above
+            return None
+        self._claimed.add(key)
+        if rollout is None:  # refunded after every try failed for infrastructure
+            self.journal.append_abandoned(key, row=problem.id, iteration=iteration,
+                                          tries=1 + self.ledger.retries)
+            return None
+        rollout = replace(rollout, latency_s=time.monotonic() - started)
+        self.journal.append(rollout, charged=self.ledger.charged)
+        return rollout
+
+    # --- positions (checkpoints) and misconfiguration -----------------------------------
+    def ledger_state(self) -> dict[str, Any]:
+        return {**self.ledger.state(), "replays": self.replays}
+
+    def position(self) -> dict[str, Any]:
+        """What a checkpoint holds of the rollouts so far (module docstring)."""
+        return {"iteration": self.last_iteration, "ledger": self.ledger_state(),
+                "journal_lines": len(self.journal), "claimed": sorted(self._claimed)}
+
+    def fast_forward(self, saved: Mapping[str, Any]) -> None:
+        """Back to a checkpoint's `position()`: its ledger, replays, claimed keys, iteration."""
+        self.ledger.load_state(saved["ledger"])
+        self.replays = int(saved["ledger"].get("replays", 0))
+        self._claimed.update(saved["claimed"])
+        self.last_iteration = int(saved["iteration"])
+
+    def forget_refunded(self, tripped: Misconfigured) -> int:
+        """Drop from the journal the rollouts a misconfiguration refunded (this session's and
+        retraced ones alike), so a rerun with a working endpoint runs them afresh."""
+        return self.journal.drop(_keys(tripped.refunded))
+
+
+def _keys(refunded: Iterable[object]) -> Iterable[str]:
+    return (rollout_key(r.bundle_hash, r.problem_id, r.iteration, r.active)
+            for r in refunded if isinstance(r, Rollout))
