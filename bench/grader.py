@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lcb.data.problems import decode_row, encode_private_tests  # noqa: E402
-from lcb.grading.prelude import PRELUDE  # noqa: E402
+from lcb.sandbox.prelude import PRELUDE  # noqa: E402
 
 N_PROBLEMS = 32
 
@@ -193,8 +193,8 @@ def time_per_test(problems: list, predictions: list[dict], jobs: int) -> tuple[f
 FORK_FLOOR = """
 import gc, os, sys, time
 sys.path.insert(0, {root!r})
-from lcb.grading import child
-from lcb.grading.prelude import import_prelude_modules
+from lcb.sandbox import child
+from lcb.sandbox.prelude import import_prelude_modules
 import_prelude_modules()
 child.prelude_module("__main__")
 gc.freeze()

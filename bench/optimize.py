@@ -93,10 +93,10 @@ def method_responders() -> list[Any]:
     each answers only requests in its own method's format."""
     from tests.helpers_mapro import mapro_responder
     from tests.helpers_maspo import maspo_responder
-    from tests.test_hivemind import lessons_responder
-    from tests.test_mamut_gepa import team_responder
-    from tests.test_maspob import maspob_responder
-    from tests.test_tavo import tavo_responder
+    from tests.optimize.test_hivemind import lessons_responder
+    from tests.optimize.test_mamut_gepa import team_responder
+    from tests.optimize.test_maspob import maspob_responder
+    from tests.optimize.test_tavo import tavo_responder
 
     return [team_responder, tavo_responder(), maspo_responder, lessons_responder,
             mapro_responder, maspob_responder, *RESPONDERS]

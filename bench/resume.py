@@ -61,9 +61,9 @@ runpy.run_module("optimizers.protocol.run", run_name="__main__", alter_sys=True)
 
 def kill_tests() -> dict[str, dict[str, Any]]:
     """Each native method's kill test: its job's settings, responders and kill point."""
-    from tests.test_hivemind import lessons_responder
-    from tests.test_maspob import KILL_BUDGET, SMALL, maspob_responder
-    from tests.test_tavo import _rules_that_grow, tavo_responder
+    from tests.optimize.test_hivemind import lessons_responder
+    from tests.optimize.test_maspob import KILL_BUDGET, SMALL, maspob_responder
+    from tests.optimize.test_tavo import _rules_that_grow, tavo_responder
 
     return {
         "tavo": {"budget": 15, "topology": "sequential", "settings": ["train_batch=3"],

@@ -10,7 +10,7 @@ Contract:
   team takes; `TEAM_METHODS` (the rest) credit or search over several agents' prompts and refuse
   it. `PHASES`: the phases of an optimizer job (`lcb.optimize.job.JobPhase`).
 - `TOPOLOGIES`: the teams, in the order they are introduced (single first): the CLI's and the
-  grid's choices and the report's order of runs; `lcb.teams.TEAMS` runs each.
+  grid's choices and the report's order of runs; `lcb.teams.solving.TEAMS` runs each.
   `MULTI_AGENT_TOPOLOGIES` are all but `single` (`lcb.teams.layouts.Topology`);
   `INTERACTING_TOPOLOGIES` those whose agents read one another (not independent's replicas):
   the report sets each beside the `single` team and `independent` of the same size, and their

@@ -16,6 +16,7 @@ CLIP_NOTE = " [... clipped ...] "  # prompts an optimizer writes (2/3 head, the 
 FEEDBACK_NOTE = "\n…[{cut} chars cut]…\n"  # a grade's feedback fields (half and half)
 OUTPUT_NOTE = "\n... [{cut} characters cut] ...\n"  # what python_exec shows a model (3/4 head)
 ELLIPSIS = "..."  # a one-line message cut at the limit: head (1, 1)
+FEEDBACK_CHARS = 2000  # a grade's feedback field, and what crosses from a program's side
 
 HALF = (1, 2)
 THREE_QUARTERS = (3, 4)
@@ -40,3 +41,10 @@ def clip(text: str, limit: int, *, head: tuple[int, int] = TWO_THIRDS,
     kept_tail = 0 if head[0] >= head[1] else max(1, limit - kept_head)
     cut = len(text) - kept_head - kept_tail
     return text[:kept_head] + note.replace("{cut}", str(cut)) + text[len(text) - kept_tail:]
+
+
+def clip_feedback(text: str, limit: int = FEEDBACK_CHARS) -> str:
+    """A grade's feedback text: `text` if short enough, else its head and tail halves around
+    a note saying how much was cut (`clip` with `HALF` and `FEEDBACK_NOTE`). Used on both
+    sides of the grading boundary (the judge, and a program's own process)."""
+    return clip(text, limit, head=HALF, note=FEEDBACK_NOTE)

@@ -17,7 +17,7 @@ Contract:
 - `guard.survivors(settle_s=…)` waits up to `settle_s` for the group to empty and returns the pids
   still in it (empty list = nothing survived).
 - Groups nest: code under test that makes its own pids groups under its current group (as
-  `lcb.grading.sandbox` does) stays bounded by this guard's `pids.max`.
+  `lcb.sandbox` does) stays bounded by this guard's `pids.max`.
 
 Example:
     with pids_guard(max_pids=200) as guard:

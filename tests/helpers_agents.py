@@ -10,7 +10,8 @@ from langchain_core.tools import BaseTool
 from lcb.agents.models import ModelConfig
 from lcb.agents.tools import make_python_exec
 from lcb.data.problems import Mode, Problem, Test
-from lcb.teams import TeamResult, TeamRuntime, solve
+from lcb.teams.common import TeamResult, TeamRuntime
+from lcb.teams.solving import solve
 
 MODEL = "scripted-model"
 
@@ -32,7 +33,7 @@ def model_config(base_url: str, **overrides) -> ModelConfig:
 
 @dataclass(frozen=True)
 class FakeRun:
-    """Shaped like `lcb.grading.sandbox.RunResult`."""
+    """Shaped like `lcb.sandbox.python_exec.RunResult`."""
 
     stdout: str
     stderr: str = ""

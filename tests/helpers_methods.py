@@ -52,7 +52,7 @@ from lcb.optimize.method import Rollout
 from lcb.optimize.methods.reflection import BEGIN_MARK, END_MARK
 from lcb.optimize.splits import Splits
 from lcb.optimize.teamrun import TeamCell
-from lcb.teams import TeamResult
+from lcb.teams.common import TeamResult
 from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
 from tests.scripted_server import message_text
 

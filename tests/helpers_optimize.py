@@ -24,7 +24,7 @@ from lcb.optimize.job import JobConfig
 from lcb.optimize.method import OptimizeContext, Rollout
 from lcb.optimize.splits import Splits, load_optimizer_data, splits_from_loaded
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.teams import TeamRuntime
+from lcb.teams.common import TeamRuntime
 from tests.helpers_agents import fenced, model_config
 from tests.scripted_server import Reply, message_text
 

@@ -14,7 +14,7 @@ from lcb.data.problems import Problem
 from lcb.data.samples import reference_solution
 from lcb.grading import Grade, GradingError, GradingPool, TestOutcome, Verdict
 from lcb.optimize.teamrun import TeamCell, TeamRunner
-from lcb.teams import TeamRuntime
+from lcb.teams.common import TeamRuntime
 from tests.helpers_agents import fenced, model_config
 from tests.helpers_optimize import marker, sample_problems
 from tests.scripted_server import Reply, message_text

@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 for offline tests of the real client path.
 
-It speaks just enough of the OpenAI HTTP API for `langchain_openai.ChatOpenAI`:
+It speaks just enough of the OpenAI HTTP API for lcb's client and other OpenAI clients:
 `POST /v1/chat/completions` (plain JSON, or server-sent events for `stream: true`, see
 `tests.scripted_wire`) and `GET /v1/models`. A *script* decides every reply:
 
@@ -13,11 +13,17 @@ usage numbers and a finish reason, wait a fixed latency, stall past the client's
 answering, or mid-stream), stream slowly, or be an HTTP error (5xx, 429, ...). Every request is
 logged (`ScriptedServer.requests`) for assertions, with whether the client hung up before the
 reply was complete (`RecordedRequest.client_closed`, `ScriptedServer.wait_for_close`), and the peak
-number of requests in flight is tracked (`ScriptedServer.peak_in_flight`).
+number of requests in flight (queued ones too) is tracked (`ScriptedServer.peak_in_flight`).
+
+A server like llama.cpp's: `slots=1` serves one chat request at a time and queues the others
+with no byte sent (`tests.scripted_slots`; `ScriptedServer.slots` counts them), and with
+`queue_models` (the default) `GET /v1/models` waits its turn in that queue too, as llama.cpp's
+answers only after the running generation. `api_key="k"` answers HTTP 401 to every request
+without `Authorization: Bearer k` (vLLM's and llama.cpp's `--api-key`).
 
 Example:
     >>> with scripted_server(keyed({"1873_A": ["```python\\nprint(1)\\n```"]})) as server:
-    ...     client = ChatOpenAI(base_url=server.base_url, api_key="x", model="m")  # doctest: +SKIP
+    ...     config = ModelConfig(base_url=server.base_url, model_id="m")  # doctest: +SKIP
 
 Exceptions raised by a callable script become HTTP 500 replies and are kept in
 `ScriptedServer.script_errors`, so a broken script fails the test visibly instead of hanging it.
@@ -39,6 +45,13 @@ from typing import Any
 
 import pytest
 
+from tests.scripted_scripts import (  # noqa: F401 - re-exported: tests import them from here
+    assistant_turns,
+    keyed,
+    message_text,
+    tool_results,
+)
+from tests.scripted_slots import Slots
 from tests.scripted_wire import (
     SseWriter,
     completion_body,
@@ -94,6 +107,10 @@ class Reply:
         chunk_delay_s: seconds between streamed events (a slow but steady stream).
         stall_s / stall_after: stop sending for `stall_s` seconds after `stall_after` streamed
             events (a stream that goes silent mid-way); ignored by non-streaming requests.
+        whole: answer with one JSON completion even when the request asks to stream (a server
+            that does not stream).
+        end_delay_s: seconds between a stream's last event and the end of its body (a server
+            slow to end it, or one that keeps it open).
     """
 
     content: str | None = ""
@@ -112,6 +129,8 @@ class Reply:
     chunk_delay_s: float = 0.0
     stall_s: float = 0.0
     stall_after: int = 1
+    whole: bool = False
+    end_delay_s: float = 0.0
 
     @classmethod
     def error(cls, status: int = 500, *, retry_after: float | None = None,
@@ -144,68 +163,14 @@ def failures(n: int, status: int = 500) -> list[Reply]:
 Script = Callable[[dict[str, Any]], "Reply | str"]
 
 
-def message_text(request: Mapping[str, Any]) -> str:
-    """All message contents of a chat request joined by newlines (text parts only)."""
-    parts: list[str] = []
-    for message in request.get("messages", []):
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
-    return "\n".join(parts)
-
-
-def assistant_turns(request: Mapping[str, Any]) -> int:
-    """How many assistant messages the request already holds (0 on the first model turn)."""
-    return sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
-
-
-def tool_results(request: Mapping[str, Any]) -> list[str]:
-    """The contents of the request's tool messages, in order."""
-    return [str(m.get("content")) for m in request.get("messages", []) if m.get("role") == "tool"]
-
-
-class keyed:  # noqa: N801 - used like a function: keyed({...})
-    """A script that picks a reply queue by the first marker found in the request's messages.
-
-    Each queue is consumed one reply per matching request; its last reply repeats. Requests that
-    match no marker use `default`; without a default they get an HTTP 500 (logged as a script
-    error). Markers are tried in mapping order. Thread-safe.
-    """
-
-    def __init__(
-        self,
-        queues: Mapping[str, Sequence[Reply | str]],
-        *,
-        default: Sequence[Reply | str] | None = None,
-    ):
-        for marker, replies in queues.items():
-            if not replies:
-                raise ValueError(f"keyed: empty reply list for marker {marker!r}")
-        self._queues = {k: list(v) for k, v in queues.items()}
-        self._default = list(default) if default else None
-        self._used: dict[str | None, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, request: dict[str, Any]) -> Reply | str:
-        text = message_text(request)
-        marker = next((m for m in self._queues if m in text), None)
-        replies = self._queues[marker] if marker is not None else self._default
-        if replies is None:
-            raise LookupError(f"no scripted reply: no marker of {list(self._queues)} in request")
-        with self._lock:
-            used = self._used.get(marker, 0)
-            self._used[marker] = used + 1
-        return replies[min(used, len(replies) - 1)]
-
-
 @dataclass
 class RecordedRequest:
     """One request the server received, logged on arrival. `body` is the parsed JSON (None for
     GET / bad JSON); `status` is the HTTP status sent (0 while the reply is still pending).
     `streamed` marks an SSE reply, `chunks_sent` counts its events delivered, and
-    `client_closed` says the client hung up before the reply was complete."""
+    `client_closed` says the client hung up before the reply was complete; `client_port` is
+    the client's end of the connection (the same for requests on one kept-alive
+    connection)."""
 
     method: str
     path: str
@@ -216,11 +181,12 @@ class RecordedRequest:
     streamed: bool = False
     chunks_sent: int = 0
     client_closed: bool = False
+    client_port: int = 0
 
 
 @dataclass
 class ScriptedServer:
-    """A running scripted server. `base_url` ends in `/v1` (what ChatOpenAI expects)."""
+    """A running scripted server. `base_url` ends in `/v1` (as OpenAI clients expect)."""
 
     base_url: str
     script: Script
@@ -230,6 +196,9 @@ class ScriptedServer:
     script_errors: list[str] = field(default_factory=list)
     handler_errors: list[str] = field(default_factory=list)
     hangups: int = 0
+    slots: Slots | None = None  # None: every request is served at once
+    queue_models: bool = True
+    api_key: str | None = None
     peak_in_flight: int = 0
     in_flight: int = 0
     closing: threading.Event = field(default_factory=threading.Event)
@@ -324,16 +293,26 @@ class _Handler(BaseHTTPRequestHandler):
         self, body: dict[str, Any] | None, started: float, status: int = 0
     ) -> RecordedRequest:
         headers = {k.lower(): v for k, v in self.headers.items()}
-        record = RecordedRequest(self.command, self.path, body, headers, started, status)
+        record = RecordedRequest(self.command, self.path, body, headers, started, status,
+                                 client_port=self.client_address[1])
         self.state.log(record)
         return record
 
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
         started = time.monotonic()
+        if self._unauthorized():
+            return
         if self.path.rstrip("/") == MODELS_PATH:
+            record = self._record(None, started)
+            slots = self.state.slots if self.state.queue_models else None
+            if slots is not None and not slots.take(self.connection):
+                record.client_closed = self.close_connection = True  # it left the queue
+                return
+            if slots is not None:
+                slots.give()
             names = self.state.models or ()
             data = [{"id": n, "object": "model", "created": 0, "owned_by": "tests"} for n in names]
-            self._record(None, started, 200)
+            record.status = 200
             self._send(200, json.dumps({"object": "list", "data": data}))
             return
         self._record(None, started, 404)
@@ -347,6 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"null")
         except json.JSONDecodeError:
             body = None
+        if self._unauthorized():
+            return
         record = self._record(body if isinstance(body, dict) else None, started)
         refusal = self._refusal(body)
         if refusal is not None:
@@ -354,6 +335,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(*refusal)
             return
         self._answer(body, record)
+
+    def _unauthorized(self) -> bool:
+        """Answer HTTP 401 (and say so) when the server wants a key this request lacks."""
+        key = self.state.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._record(None, time.monotonic(), 401)
+        self._send(401, json.dumps(_error_body(401, "Invalid API Key")))
+        return True
 
     def _refusal(self, body: Any) -> tuple[int, str] | None:
         """The error a real server gives before looking at the script, if any."""
@@ -369,6 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, body: dict[str, Any], record: RecordedRequest) -> None:
         state = self.state
         state.enter()
+        served = state.slots is None or state.slots.take(self.connection)
         left = False
 
         def leave() -> None:  # before the last bytes go out: the client may answer at once
@@ -376,15 +367,21 @@ class _Handler(BaseHTTPRequestHandler):
             if not left:
                 left = True
                 state.leave()
+                if served and state.slots is not None:
+                    state.slots.give()
 
         try:
+            if not served:  # the client hung up while queued
+                record.client_closed = self.close_connection = True
+                return
             reply = self._scripted_reply(body)
             wait = state.latency_s + (reply.latency_s if reply else 0.0)
             if wait > 0 and wait_unless_closed(self.connection, wait, state.closing):
                 record.client_closed = True
                 self.close_connection = True
                 return
-            if reply is not None and reply.status == 200 and body.get("stream"):
+            if reply is not None and reply.status == 200 and body.get("stream") and \
+                    not reply.whole:
                 self._stream(body, reply, record, before_last=leave)
                 return
             leave()
@@ -416,7 +413,7 @@ class _Handler(BaseHTTPRequestHandler):
                            before_last=before_last)
         if reply.raw_body is not None:
             if writer.head():
-                writer.send_raw_tail(reply.raw_body)
+                writer.send_raw_tail(reply.raw_body, end_delay_s=reply.end_delay_s)
         else:
             options = body.get("stream_options")
             wanted = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -446,6 +443,9 @@ def scripted_server(
     *,
     models: Sequence[str] | None = None,
     latency_s: float = 0.0,
+    slots: int | None = None,
+    queue_models: bool = True,
+    api_key: str | None = None,
 ) -> Iterator[ScriptedServer]:
     """Run a scripted OpenAI-compatible server on 127.0.0.1 (a free port) for the `with` block.
 
@@ -455,6 +455,9 @@ def scripted_server(
         models: model ids the server knows; a chat request for any other model gets a 404 and
             `/v1/models` lists exactly these. None accepts any model (and lists none).
         latency_s: a fixed delay added before every chat reply.
+        slots: serve at most this many chat requests at a time, queueing the others without a
+            byte sent (None: no limit); `queue_models`: `GET /v1/models` waits in that queue.
+        api_key: refuse requests without this bearer key (HTTP 401).
 
     Yields:
         The running `ScriptedServer` (use `.base_url`, `.requests`, `.chat_requests()`).
@@ -469,7 +472,11 @@ def scripted_server(
         script=script,
         models=tuple(models) if models is not None else None,
         latency_s=latency_s,
+        queue_models=queue_models,
+        api_key=api_key,
     )
+    if slots is not None:
+        state.slots = Slots(slots, state.closing)
     httpd.state = state  # type: ignore[attr-defined]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                               name=f"scripted-{port}", daemon=True)

@@ -10,9 +10,10 @@ Contract:
   final chunk with the `finish_reason`, and, when the client asked for it
   (`stream_options.include_usage`) and the reply carries usage, a usage chunk with no choices.
 - `SseWriter` sends them as `data: {...}` events over HTTP/1.1 chunked transfer, then
-  `data: [DONE]`; it waits `reply.chunk_delay_s` between events and `reply.stall_s` after
-  `reply.stall_after` events. Every wait watches the socket: a client that closed the
-  connection ends the stream at once (the server stops "generating"), and the writer reports it.
+  `data: [DONE]`; it waits `reply.chunk_delay_s` between events, `reply.stall_s` after
+  `reply.stall_after` events and `reply.end_delay_s` between `[DONE]` and the body's end.
+  Every wait watches the socket: a client that closed the connection ends the stream at once
+  (the server stops "generating"), and the writer reports it.
 - `wait_unless_closed(sock, seconds, closing)` is that watchful wait, also used before a reply.
 """
 
@@ -43,6 +44,7 @@ class Streamable(Protocol):
     chunk_delay_s: float
     stall_s: float
     stall_after: int
+    end_delay_s: float
 
 
 def estimate_tokens(text: str) -> int:
@@ -184,10 +186,10 @@ class SseWriter:
             if not self._frame(f"data: {json.dumps(item)}\n\n"):
                 return
             self.sent += 1
-        self.send_raw_tail("data: [DONE]\n\n")
+        self.send_raw_tail("data: [DONE]\n\n", end_delay_s=reply.end_delay_s)
 
-    def send_raw_tail(self, text: str) -> None:
-        """The last data frame and the end of the chunked body."""
+    def send_raw_tail(self, text: str, *, end_delay_s: float = 0.0) -> None:
+        """The last data frame, then (`end_delay_s` later) the end of the chunked body."""
         self._before_last()
-        if self._frame(text):
+        if self._frame(text) and self._pause(end_delay_s):
             self._write(b"0\r\n\r\n")

@@ -156,9 +156,6 @@ def test_subpackages_import_one_another_without_cycles():
     assert found is None, f"an import cycle between lcb's parts: {' -> '.join(found or ())}"
 
 
-@pytest.mark.xfail(strict=True, reason="#22: grading's modules import one another in cycles "
-                                       "(judge -> default -> stdin_mode -> judge, ...); the "
-                                       "sandbox split removes them: then drop this mark")
 def test_grading_and_sandbox_modules_import_one_another_without_cycles():
     found = find_cycle(module_graph("lcb.grading.", "lcb.sandbox."))
     assert found is None, f"an import cycle: {' -> '.join(found or ())}"

@@ -43,6 +43,7 @@ SKIPPED: dict[tuple[str, ...], str] = {
     ("python", "-m", "llama_cpp.server"): "llama-cpp-python's model server: needs that "
                                           "package and a GGUF model file",
 }
+SKIPPED_SERVERS = [words for words, why in SKIPPED.items() if "model server" in why]
 # `lcb` commands run for real: (subcommand, the --data it must name, or None for any).
 OFFLINE = {"demo": None, "problems": "sample", "score": "sample", "report": None}
 
@@ -230,6 +231,48 @@ def test_the_five_minute_path_runs_offline_as_the_readme_shows(tmp_path, monkeyp
     _run_offline(offline, tmp_path, monkeypatch)
     report = next(c for c in offline if c.lcb_args[0] == "report")
     assert (tmp_path / _value_of(report.lcb_args, "--out") / "index.html").is_file()
+
+
+ALIAS_FLAGS = ("--alias", "--model_alias")  # llama-server's, llama-cpp-python's
+
+
+def server_recipes(text: str) -> list[tuple[Command, dict[str, str]]]:
+    """Each README block that starts a local model server: its command and the variables the
+    block exports."""
+    recipes = []
+    for block in bash_blocks(text):
+        commands = [c for line in block.replace("\\\n", " ").splitlines()
+                    for c in parse_line(line)]
+        servers = [c for c in commands if c.skip_reason and "model server" in c.skip_reason]
+        exported = dict(word.split("=", 1) for c in commands if c.argv[0] == "export"
+                        for word in c.argv[1:])
+        recipes += [(server, exported) for server in servers]
+    return recipes
+
+
+def test_each_local_server_recipe_points_lcb_at_the_model_it_serves():
+    """As written, a recipe's exports name the server's port and alias; lcb's check passes
+    against a server that serves that alias alone (a stand-in for the real one)."""
+    import asyncio
+
+    from lcb.agents.check import check_endpoint
+    from lcb.agents.models import ModelConfig
+    from tests.scripted_server import scripted_server
+
+    recipes = server_recipes(README.read_text(encoding="utf-8"))
+    assert len(recipes) == len(SKIPPED_SERVERS)
+    for server, exported in recipes:
+        args = list(server.argv)
+        alias = next(v for flag in ALIAS_FLAGS if (v := _value_of(args, flag)) is not None)
+        where = f"http://localhost:{_value_of(args, '--port')}/v1"
+        assert (exported.get("VLLM_BASE_URL"), exported.get("MODEL_ID")) == (where, alias), (
+            f"`{server.text}` needs `export VLLM_BASE_URL={where} MODEL_ID={alias}` after it")
+        with scripted_server(["OK"], models=[alias]) as stand_in:
+            env = {"VLLM_BASE_URL": stand_in.base_url, "MODEL_ID": exported["MODEL_ID"]}
+            with pytest.MonkeyPatch.context() as patch:
+                for name, value in env.items():
+                    patch.setenv(name, value)
+                asyncio.run(check_endpoint(ModelConfig.from_env()))
 
 
 @pytest.mark.parametrize(("line", "needle"), [

@@ -50,8 +50,8 @@ def test_every_method_key_has_a_factory_in_the_registrys_order():
 
 
 def test_every_topology_has_a_team_and_the_multi_agent_ones_a_layout():
-    from lcb.teams import TEAMS
     from lcb.teams.layouts import Topology
+    from lcb.teams.solving import TEAMS
 
     # As sets: another test deletes and restores a TEAMS entry, which moves it to the end.
     assert set(TEAMS) == set(TOPOLOGIES) and len(TEAMS) == len(TOPOLOGIES)
@@ -114,9 +114,9 @@ def test_every_communication_format_has_a_contract_and_the_first_is_the_default(
 
 
 def test_graders_sandboxes_and_phases_are_the_registrys():
-    from lcb.grading.launch import SANDBOXES
     from lcb.grading.pool import GRADERS
     from lcb.optimize.job import JobPhase
+    from lcb.sandbox.launch import SANDBOXES
 
     assert GRADERS is registry.GRADERS and SANDBOXES is registry.SANDBOXES
     assert tuple(JobPhase) == registry.PHASES

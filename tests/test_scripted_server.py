@@ -231,3 +231,95 @@ def test_a_client_that_resets_mid_request_leaves_stderr_untouched(capfd):
         assert (server.hangups, server.handler_errors) == (1, [])
         assert post(server.base_url, chat("after"))[0] == 200
     assert capfd.readouterr().err == ""
+
+
+def raw_request(port: int, method: str, path: str, body: dict | None = None):
+    """A request sent over a bare socket (to see whether any byte comes back)."""
+    import socket
+
+    data = json.dumps(body).encode() if body is not None else b""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def holding_script(started: threading.Event, release: threading.Event):
+    """A script whose first request holds its slot until `release` is set."""
+    def script(request: dict) -> str:
+        if "hold" in json.dumps(request):
+            started.set()
+            assert release.wait(10), "the test never released the slot"
+        return "done"
+    return script
+
+
+def test_one_slot_queues_the_second_request_without_a_byte_then_serves_it():
+    started, release = threading.Event(), threading.Event()
+    with scripted_server(holding_script(started, release), slots=1) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
+        first.start()
+        assert started.wait(10)
+        queued = raw_request(port, "POST", "/v1/chat/completions", chat("next"))
+        assert server.slots.wait_queued(1)
+        queued.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            queued.recv(1)  # busy, not down: the connection is open and nothing comes
+        release.set()
+        queued.settimeout(10)
+        assert queued.recv(12).startswith(b"HTTP/1.1 200")
+        first.join(10)
+        queued.close()
+    assert (server.peak_in_flight, server.slots.peak_queued, server.slots.served) == (2, 1, 2)
+
+
+@pytest.mark.parametrize("queue_models", [True, False])
+def test_models_wait_for_the_running_generation_unless_told_not_to(queue_models):
+    started, release = threading.Event(), threading.Event()
+    listing: list = []
+    with scripted_server(holding_script(started, release), slots=1, models=["m"],
+                         queue_models=queue_models) as server:
+        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
+        first.start()
+        assert started.wait(10)
+        getter = threading.Thread(target=lambda: listing.append(
+            urllib.request.urlopen(f"{server.base_url}/models", timeout=10).status))
+        getter.start()
+        if queue_models:
+            assert server.slots.wait_queued(1) and listing == []
+        else:
+            getter.join(10)
+            assert listing == [200] and server.slots.queued == 0
+        release.set()
+        getter.join(10)
+        first.join(10)
+    assert listing == [200]
+
+
+def test_a_queued_client_that_hangs_up_leaves_the_queue():
+    started, release = threading.Event(), threading.Event()
+    with scripted_server(holding_script(started, release), slots=1) as server:
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
+        first.start()
+        assert started.wait(10)
+        raw_request(port, "POST", "/v1/chat/completions", chat("gone")).close()
+        assert server.wait_for_close(1)
+        release.set()
+        first.join(10)
+        assert post(server.base_url, chat("after"))[0] == 200
+    assert server.slots.served == 2 and server.slots.queued == 0
+
+
+def test_an_api_key_is_required_when_the_server_has_one():
+    with scripted_server(["ok"], api_key="k") as server:
+        assert post(server.base_url, chat("x"))[0] == 401
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{server.base_url}/models", timeout=10)
+        assert info.value.code == 401
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions", data=json.dumps(chat("x")).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer k"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lcb.agents.tools import clip_output
-from lcb.grading.verdicts import clip_feedback
 from lcb.optimize.outcomes import one_line
-from lcb.text import CLIP_NOTE, ELLIPSIS, HEAD_ONLY, clip
+from lcb.text import CLIP_NOTE, ELLIPSIS, HEAD_ONLY, clip, clip_feedback
 
 
 @pytest.mark.parametrize("limit, expected", [

@@ -24,9 +24,8 @@ Contract:
   read-only cache replays.
 - Safe with concurrent asyncio calls: `get` and `put` are short synchronous statements (no
   await inside, a lock for threads), so no two interleave.
-- `open_cache(directory, replay=...)` is None without a directory; `check_cache` raises
-  `CacheError` (a `ValueError`) for a directory that cannot be used: with `replay`, one that
-  does not exist or holds no `*.sqlite`; otherwise one that cannot be made.
+- `open_cache(directory, replay=...)` is None without a directory; it first runs
+  `check_cache` (`lcb.agents.cachedir`, re-exported here).
 - `ResponseCache.close()` may be called more than once; a later `get`/`put` opens again.
 """
 
@@ -47,19 +46,18 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
 
+from lcb.agents.cachedir import CacheError, check_cache
 from lcb.agents.models import ModelConfig, extra_body
 from lcb.io import json_text
 
+__all__ = ["PURPOSES", "CacheError", "CachedReply", "ResponseCache", "cache_key", "check_cache",
+           "open_cache", "request_sampling"]
 PURPOSES = ("batch", "optimize", "validate", "test", "reflect", "judge", "probe")
 KEY_VERSION = 1  # bump when the key's ingredients change: old entries then miss
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, "
            "model TEXT, purpose TEXT, stored_at REAL)")
 _SCALARS = (str, int, float, bool, type(None))
 log = logging.getLogger("lcb.cache")
-
-
-class CacheError(ValueError):
-    """A cache directory that cannot be used (the message names it and why)."""
 
 
 def cache_key(*, model_id: str, messages: Sequence[BaseMessage] | Sequence[Mapping[str, Any]],
@@ -231,28 +229,6 @@ class ResponseCache:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "host"
-
-
-def check_cache(directory: str | os.PathLike[str] | None, *, replay: bool) -> None:
-    """Raise `CacheError` when `directory` cannot serve (module docstring); None passes."""
-    if directory is None:
-        if replay:
-            raise CacheError("--replay runs from the cache alone: name it with --cache DIR")
-        return
-    path = Path(directory)
-    if replay:
-        if not path.is_dir():
-            raise CacheError(f"--replay: the cache directory {path} does not exist")
-        if not any(path.glob("*.sqlite")):
-            raise CacheError(f"--replay: {path} holds no cache file (*.sqlite): run once with "
-                             f"--cache {path} (and an endpoint) first")
-        return
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CacheError(f"--cache {path}: the directory cannot be made ({err})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CacheError(f"--cache {path}: the directory is not writable")
 
 
 def open_cache(directory: str | os.PathLike[str] | None, *, replay: bool = False

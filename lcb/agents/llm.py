@@ -5,15 +5,17 @@ Contract:
 - `ModelGateway.call(messages, tag=..., ledger=...)` sends one chat request and returns the
   assistant message with `<think>…</think>` removed from its text. It holds the shared request
   semaphore only while a request is in flight (not while backing off).
-- Every request streams (`astream`); the chunks are joined into one message, tool-call deltas
-  included, and tool-call arguments are parsed only once the stream is complete (arguments that
-  are not valid JSON stay `invalid_tool_calls`, as without streaming). `config.timeout_s` bounds
-  each wait for data (the response head, then each chunk; see `build_chat_model`), never the
-  whole reply: a long answer that keeps arriving is never cut. A stream left early (that idle
-  timeout, a cancelled task, Ctrl-C) is closed there and then, so its connection is dropped and
-  the server stops generating; the idle timeout then raises `IdleTimeout`. A stream from a real
-  server that ends without a finish reason was interrupted (`StreamCut`): what came is no
-  answer, and the request is retried like a dropped connection.
+- Every request streams (`lcb.agents.stream`, on the gateway's one aiohttp session, made in
+  its event loop at the first request and closed by `aclose()`): the events are joined into
+  one message at the end, tool-call deltas included, and tool-call arguments are parsed only
+  once the stream is complete (arguments that are not valid JSON stay `invalid_tool_calls`).
+  Two limits, never one on the whole reply: a request may wait `config.queue_timeout_s` for
+  its first byte (queued at a busy server; `QueueTimeout`), then `config.timeout_s` for each
+  next piece (`IdleTimeout`); a long answer that keeps arriving is never cut. A stream left
+  early (a timeout, a cancelled task, Ctrl-C) is closed there and then, so its connection is
+  dropped and the server stops generating. A stream that ends without a finish reason was
+  interrupted (`StreamCut`): what came is no answer, and the request is retried like a
+  dropped connection.
 - Retried, with exponential backoff and jitter: HTTP 408/409/429/5xx, timeouts (a stream that
   went silent, too) and connection errors (a stream cut mid-way, too), at most
   `config.max_retries` times. Anything else (400, 401, 404, ...) fails at once.
@@ -23,7 +25,8 @@ Contract:
   own words in `server_message`; every other failure (5xx, timeouts, 401, 404) is not.
 - Every call is recorded once in the given `UsageLedger` with its tag, attempts and seed, from
   the usage numbers of the response (`usage_metadata`: the stream's final usage chunk); a
-  response without usage counts 0. The record also keeps why the answer ended
+  response without usage has None tokens: unknown, not 0 (`lcb.agents.usage` says how totals
+  count it). The record also keeps why the answer ended
   (`finish_reason`; `truncated` when it is "length", the max_tokens cut) and the reasoning
   tokens when the server reports them. The returned message carries the same in
   `response_metadata["lcb"]`: `attempts`, `latency_s`, `seed`, `finish_reason`, `truncated`,
@@ -41,28 +44,19 @@ Contract:
   stored whole; a failed call never is. In replay mode (`ResponseCache.replay`) a call that is
   not stored fails at once with `CacheMiss` (a `ModelCallError` naming problem, role, agent,
   turn, sample and purpose) and sends nothing.
-- `request_seed(run_seed, *parts)` derives the per-request seed from the run seed and the call's
-  identity (problem, agent, turn), so reruns send the same seeds and replicas differ.
+- `request_seed` (from `lcb.agents.seeds`, re-exported) is each request's seed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
-import httpx
-import openai
-from langchain_core.exceptions import OutputParserException
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.messages.utils import message_chunk_to_message
-from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
+import aiohttp
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -82,78 +76,55 @@ from lcb.agents.failures import (  # re-exported: the gateway's failures are par
     server_message,
     verdict_of,
 )
-from lcb.agents.models import ModelConfig, build_chat_model, new_http_client
+from lcb.agents.models import ModelConfig, new_session
+from lcb.agents.seeds import request_seed
+from lcb.agents.stream import Limits, request_body, stream_reply
 from lcb.agents.usage import CallRecord, CallTag, UsageLedger
 from lcb.extract import strip_think
 
 __all__ = ["BAD_REQUEST_STATUS", "RETRYABLE_STATUS", "TRANSPORT_ERRORS", "TRUNCATED", "CacheMiss",
            "IdleTimeout", "ModelCallError", "ModelGateway", "StreamCut", "describe_error",
-           "is_retryable", "request_seed", "server_message", "verdict_of", "whole_message"]
+           "is_retryable", "request_seed", "server_message", "verdict_of"]
 
 Sleep = Callable[[float], Awaitable[Any]]
 TRUNCATED = "length"  # the finish reason of an answer cut at max_tokens
 
 
-def request_seed(run_seed: int, *parts: object) -> int:
-    """A stable 31-bit seed from the run seed and the call's identity."""
-    key = "\x1f".join(str(p) for p in (run_seed, *parts)).encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
-
-
-def whole_message(chunk: BaseMessage | None) -> AIMessage:
-    """The message a stream's chunks add up to. Tool-call arguments are parsed here, from the
-    joined deltas, as the OpenAI client parses a whole reply: strict JSON or an invalid call
-    (the chunks' own parse forgives a cut-off object, which would run a truncated program)."""
-    if chunk is None:
-        return AIMessage("")
-    if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream answers whole
-        return chunk if isinstance(chunk, AIMessage) else AIMessage(chunk.text)
-    calls, invalid = [], []
-    for part in chunk.tool_call_chunks:
-        raw = {"id": part.get("id"),
-               "function": {"name": part.get("name") or "", "arguments": part.get("args") or ""}}
-        try:
-            calls.append(parse_tool_call(raw, return_id=True))
-        except OutputParserException as err:
-            invalid.append(make_invalid_tool_call(raw, str(err)))
-    message = message_chunk_to_message(chunk)
-    return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
-
-
 class ModelGateway:
-    """Shared by every agent of a batch: one chat model per endpoint, one request semaphore,
-    one HTTP client, the endpoint pool and the response cache (if any). `purpose` is the cache
-    purpose of its calls (`lcb.agents.cache.PURPOSES`). Use it within one event loop and
-    `aclose()` it there."""
+    """Shared by every agent of a batch: one request semaphore, one HTTP session (its
+    connections, to every endpoint), the endpoint pool and the response cache (if any).
+    `purpose` is the cache purpose of its calls (`lcb.agents.cache.PURPOSES`). `slots`, the
+    request semaphore, may be shared with other gateways of the same endpoint (an optimizer
+    job's team runs and its reflection calls), so that `--max-requests` caps them together;
+    by default the gateway makes its own of `config.max_concurrent_requests`. Use it within
+    one event loop and `aclose()` it there."""
 
     def __init__(
         self,
         config: ModelConfig,
         *,
-        chat_model: BaseChatModel | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         cache: ResponseCache | None = None,
         purpose: str = "batch",
+        slots: asyncio.Semaphore | None = None,
     ):
         self.config, self.cache, self.purpose = config, cache, purpose
-        urls = (config.base_url,) if chat_model is not None else config.base_urls
-        self.endpoints = EndpointPool(urls)
-        self._http = None if chat_model is not None else new_http_client(config)
-        self._models = {url: chat_model or build_chat_model(replace(config, base_url=url),
-                                                            http_client=self._http)
-                        for url in urls}
-        self.chat_model = self._models[config.base_url]
-        self._semaphore = asyncio.Semaphore(config.max_concurrent_requests)
+        self.endpoints = EndpointPool(config.base_urls)
+        self._session: aiohttp.ClientSession | None = None  # made in the loop of the first call
+        self._headers = {"Authorization": f"Bearer {config.api_key}",
+                         "Accept": "text/event-stream"}
+        self._limits = Limits(first_byte_s=config.queue_timeout_s, idle_s=config.timeout_s)
+        self.slots = slots or asyncio.Semaphore(config.max_concurrent_requests)
         self._sleep = sleep
         self._rng = rng or random.Random(0)
-        self._bound: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._schemas: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     async def aclose(self) -> None:
-        """Close the HTTP client this gateway made (if any)."""
-        if self._http is not None:
-            await self._http.aclose()
+        """Close the gateway's HTTP session (if a request made one)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def backoff(self, attempt: int, err: BaseException) -> float:
         """Delay before retry number `attempt` (1-based): doubling, jittered, capped."""
@@ -163,21 +134,11 @@ class ModelGateway:
         hinted = retry_after(err)
         return min(cfg.retry_backoff_max_s, max(delay, hinted)) if hinted else delay
 
-    def _runnable(self, tools: Sequence[BaseTool], url: str) -> Any:
-        key = (url, tuple(t.name for t in tools))
-        if key not in self._bound:
-            model = self._models[url]
-            self._bound[key] = model.bind_tools(list(tools)) if tools else model
-        return self._bound[key]
-
     def cache_key(self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool], *,
                   tag: CallTag, seed: int | None, sample: int, purpose: str) -> str:
         """The response-cache key of this call (`lcb.agents.cache.cache_key`)."""
-        names = tuple(t.name for t in tools)
-        if names not in self._schemas:
-            self._schemas[names] = [convert_to_openai_tool(t) for t in tools]
         return cache_key(model_id=self.config.model_id, messages=messages,
-                         tools=self._schemas[names], sampling=request_sampling(self.config),
+                         tools=self._tool_schemas(tools), sampling=request_sampling(self.config),
                          seed=seed, sample=sample, purpose=purpose, agent=tag.agent)
 
     async def call(
@@ -226,7 +187,7 @@ class ModelGateway:
         while True:
             attempt += 1
             try:
-                async with self._semaphore:
+                async with self.slots:
                     endpoint = self.endpoints.acquire(avoid=endpoint)
                     return await self._attempt(endpoint, tools, messages, kwargs), attempt
             except Exception as err:  # noqa: BLE001 - classified below, re-raised as data
@@ -249,7 +210,7 @@ class ModelGateway:
         """One request to `endpoint`, counted in flight there until it ends."""
         verdict = None
         try:
-            reply = await self._complete(self._runnable(tools, endpoint.url), messages, kwargs)
+            reply = await self._stream(endpoint.url, tools, messages, kwargs.get("seed"))
             verdict = Verdict.OK
             return reply
         except Exception as err:
@@ -258,36 +219,37 @@ class ModelGateway:
         finally:
             self.endpoints.release(endpoint, verdict)
 
-    async def _complete(self, runnable: Any, messages: Sequence[BaseMessage],
-                        kwargs: dict[str, Any]) -> AIMessage:
-        """One streamed request, its chunks joined; closed on the way out, however it ends."""
-        parts: list[BaseMessage] = []
-        try:
-            async with aclosing(runnable.astream(list(messages), **kwargs)) as chunks:
-                async for chunk in chunks:
-                    parts.append(chunk)
-        except (TimeoutError, openai.APITimeoutError, httpx.TimeoutException) as err:
-            raise IdleTimeout(self.config.timeout_s) from err
-        if len(parts) > 1 and isinstance(parts[0], AIMessageChunk):
-            reply = whole_message(parts[0] + parts[1:])  # one merge: linear in the reply's size
-        else:
-            reply = whole_message(parts[0] if parts else None)
-        if self._http is not None and not reply.response_metadata.get("finish_reason"):
-            raise StreamCut  # a real server's stream that never said why it ended
-        return reply
+    async def _stream(self, url: str, tools: Sequence[BaseTool],
+                      messages: Sequence[BaseMessage], seed: int | None) -> AIMessage:
+        """One streamed request (`lcb.agents.stream`)."""
+        body = request_body(self.config, messages, self._tool_schemas(tools), seed)
+        if self._session is None:
+            self._session = new_session(self.config)
+        streamed = await stream_reply(self._session, f"{url}/chat/completions", self._headers,
+                                      body, self._limits)
+        if not streamed.finish_reason:
+            raise StreamCut  # a stream that never said why it ended
+        return streamed.message()
+
+    def _tool_schemas(self, tools: Sequence[BaseTool]) -> list[dict[str, Any]]:
+        names = tuple(t.name for t in tools)
+        if names not in self._schemas:
+            self._schemas[names] = [convert_to_openai_tool(t) for t in tools]
+        return self._schemas[names]
 
     @staticmethod
     def _finish(reply: AIMessage, *, tag: CallTag, ledger: UsageLedger, attempts: int,
                 latency_s: float, seed: int | None, cached: bool) -> AIMessage:
         usage = reply.usage_metadata or {}
+        known = bool(usage)  # a server that sent no usage: unknown tokens, never 0
         finish = reply.response_metadata.get("finish_reason")
         reasoning = (usage.get("output_token_details") or {}).get("reasoning")
         ended = {"finish_reason": finish if isinstance(finish, str) else None,
                  "truncated": finish == TRUNCATED,
                  "reasoning_tokens": int(reasoning) if reasoning is not None else None}
-        record = CallRecord(tag, int(usage.get("input_tokens", 0)),
-                            int(usage.get("output_tokens", 0)), attempts, latency_s, seed,
-                            **ended, cached=cached)
+        record = CallRecord(tag, int(usage.get("input_tokens") or 0) if known else None,
+                            int(usage.get("output_tokens") or 0) if known else None,
+                            attempts, latency_s, seed, **ended, cached=cached)
         ledger.add_call(record)
         text = reply.content if isinstance(reply.content, str) else reply.text
         meta = {**reply.response_metadata,

@@ -1,23 +1,27 @@
-"""The model endpoint: configuration, the chat-model factory and the endpoint check.
+"""The model endpoint's description: configuration, the HTTP client, the request's extras.
 
 Contract:
 - `ModelConfig` is the whole description of one OpenAI-compatible endpoint and its sampling.
   `ModelConfig.from_env()` reads `VLLM_BASE_URL`, `MODEL_ID`, `OPENAI_API_KEY` (`EMPTY` when
   unset) and the generation settings of `GENERATION_ENV` (`LCB_TEMPERATURE`, `LCB_TOP_P`,
-  `LCB_MAX_TOKENS`, `LCB_THINKING`, `LCB_REQUEST_TIMEOUT`); a `model` argument (an alias from
-  `MODEL_ALIASES` or a model id) wins over `MODEL_ID`, and keyword overrides (the command-line
-  flags) win over the variables. A variable that does not parse or is out of range is a
-  `ValueError` naming it.
+  `LCB_MAX_TOKENS`, `LCB_THINKING`, `LCB_REQUEST_TIMEOUT`, `LCB_QUEUE_TIMEOUT`); a `model`
+  argument (an alias from `MODEL_ALIASES` or a model id) wins over `MODEL_ID`, and keyword
+  overrides (the command-line flags) win over the variables. A variable that does not parse or
+  is out of range is a `ValueError` naming it.
 - `thinking` None sends vLLM's default extras (thinking off); True/False sets
-  `chat_template_kwargs.enable_thinking`. Either way it is sent only with `vllm_extras` on.
-- `build_chat_model(config)` returns a `ChatOpenAI` on the Chat Completions API with the client's
-  own retries switched off: lcb retries itself (`lcb.agents.llm`), so retries can be counted
-  and tested. It streams every request; `timeout_s` is the idle timeout between chunks.
-- `check_endpoint(config)` makes two cheap calls (list the models, then a 1-token completion) and
-  raises `EndpointError` whose message names the URL and model tried and how to set them.
+  `chat_template_kwargs.enable_thinking`. Either way it is sent only with `vllm_extras` on
+  (`extra_body`).
+- `new_session(config)` is the aiohttp session of one event loop (created inside it, closed
+  there), which every chat request goes through (`lcb.agents.stream`, which applies the two
+  time limits itself: `timeout_s` between chunks, `queue_timeout_s` until the answer begins);
+  the session bounds only the connection (10 s) and has room for `max_concurrent_requests`
+  connections (+4). `new_http_client(config)` is the httpx client of the endpoint check's GET
+  /models (`lcb.agents.check`). Both verify TLS against one store (`tls_context()`) and take
+  the same proxy from the environment (`proxy_for`: `NO_PROXY`, `HTTP(S)_PROXY`,
+  `ALL_PROXY`; HTTP(S) proxies only); neither reads `~/.netrc`.
   `VLLM_BASE_URL` may list several base URLs, comma-separated (`ModelConfig.base_urls`; the
-  gateway spreads requests over them, `lcb.agents.endpoints`): the check passes when one of
-  them answers, names the others, and fails naming each only when none does.
+  gateway spreads requests over them, `lcb.agents.endpoints`). The endpoint check is
+  `lcb.agents.check`.
 """
 
 from __future__ import annotations
@@ -27,17 +31,18 @@ import functools
 import math
 import os
 import ssl
-import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from langchain_core.messages import HumanMessage
-from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
 
-from lcb.agents.endpoints import check_each, redact_url, split_base_urls
+from lcb.agents.endpoints import redact_url, split_base_urls
+
+if TYPE_CHECKING:
+    import aiohttp
 
 MODEL_ALIASES: dict[str, str] = {
     "qwen": "Qwen/Qwen3.5-9B",
@@ -49,18 +54,6 @@ VLLM_EXTRAS: dict[str, Any] = {
     "chat_template_kwargs": {"enable_thinking": False},
     "repetition_penalty": 1.05,
 }
-
-HOW_TO_SET = """\
-Point lcb at an OpenAI-compatible endpoint with environment variables:
-  VLLM_BASE_URL   the server's base URL, ending in /v1, for example
-                    vLLM             http://localhost:8000/v1   (vllm serve Qwen/Qwen3.5-9B)
-                    llama.cpp server http://localhost:8080/v1   (llama-server -m model.gguf)
-                    Ollama           http://localhost:11434/v1  (ollama serve)
-                    a hosted API     https://api.openai.com/v1
-  MODEL_ID        the model id the server serves (or pass --model; aliases: {aliases})
-  OPENAI_API_KEY  the API key, if the server wants one (default: EMPTY)
-Hosted APIs that reject vLLM's extra sampling fields need vllm_extras switched off."""
-
 
 def resolve_model(name: str) -> str:
     """An alias (`qwen`, `llama`) becomes its model id; anything else is taken as a model id."""
@@ -83,6 +76,7 @@ LIMITS: dict[str, tuple[Callable[[float], bool], str]] = {
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "max_tokens": (lambda v: v > 0, "> 0"),
     "timeout_s": (lambda v: 0 < v < math.inf, "> 0 seconds"),
+    "queue_timeout_s": (lambda v: 0 < v < math.inf, "> 0 seconds"),
     "max_retries": (lambda v: v >= 0, ">= 0"),
     "max_concurrent_requests": (lambda v: v >= 1, ">= 1"),
     "retry_backoff_s": (lambda v: 0 <= v < math.inf, ">= 0"),
@@ -95,6 +89,7 @@ GENERATION_ENV: dict[str, tuple[str, Callable[[str], object], str]] = {
     "max_tokens": ("LCB_MAX_TOKENS", int, "a whole number"),
     "thinking": ("LCB_THINKING", parse_yes_no, "1/0, true/false, yes/no or on/off"),
     "timeout_s": ("LCB_REQUEST_TIMEOUT", float, "a number of seconds"),
+    "queue_timeout_s": ("LCB_QUEUE_TIMEOUT", float, "a number of seconds"),
 }
 GENERATION_FIELDS = tuple(GENERATION_ENV)
 
@@ -111,7 +106,9 @@ def out_of_range(name: str, value: object) -> str | None:
 class ModelConfig:
     """One endpoint and its sampling. `seed=None` sends no request seeds.
 
-    `timeout_s` is how long a request may wait for the server (`--request-timeout`). `thinking`
+    `timeout_s` is how long an answer may go silent between two chunks (`--request-timeout`);
+    `queue_timeout_s` how long a request may wait for its answer to begin (`--queue-timeout`: a
+    busy server queues requests, and a queued request is not a silent one). `thinking`
     None keeps vLLM's default extras; True/False asks the chat template to think or not.
     `retry_backoff_s` is the first retry's delay (it doubles per attempt, with jitter, up to
     `retry_backoff_max_s`); tests set it near zero.
@@ -130,6 +127,7 @@ class ModelConfig:
     max_tokens: int = 4096
     seed: int | None = 0
     timeout_s: float = 120.0
+    queue_timeout_s: float = 1800.0
     max_retries: int = 3
     vllm_extras: bool = True
     max_concurrent_requests: int = 16
@@ -232,17 +230,53 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def new_http_client(config: ModelConfig) -> httpx.AsyncClient:
-    """An HTTP client for one event loop, with room for every request the config allows.
+    """An httpx client for one event loop (the endpoint check's GET /models).
 
     LangChain's default async client is cached per URL across event loops, and a pooled
     connection from a closed loop fails with "Event loop is closed"; so each runtime (and each
     endpoint check) brings its own client and closes it.
     """
-    n = config.max_concurrent_requests
-    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n)
-    # A host that does not answer at all must not hold a request for the whole idle timeout.
-    timeout = httpx.Timeout(config.timeout_s, connect=min(CONNECT_TIMEOUT_S, config.timeout_s))
-    return httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls_context())
+    timeout = httpx.Timeout(None, connect=min(CONNECT_TIMEOUT_S, config.timeout_s))
+    # The proxy the chat requests take too (`proxy_for`), and no netrc: one rule for both.
+    return httpx.AsyncClient(timeout=timeout, verify=tls_context(), trust_env=False,
+                             proxy=proxy_for(config.base_url))
+
+
+def new_session(config: ModelConfig) -> aiohttp.ClientSession:
+    """The aiohttp session of the running event loop, with room for every request the config
+    allows (module docstring); the caller closes it in the same loop (`async with
+    new_session(config) as session: await stream_reply(session, ...)`)."""
+    import aiohttp  # ~0.1 s: only processes that send model requests load it
+
+    # Only the connection is bounded here (a host that does not answer at all must not hold a
+    # request); the waits for an answer are `lcb.agents.stream`'s, which tell a queued request
+    # from a silent one.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(CONNECT_TIMEOUT_S,
+                                                                 config.timeout_s))
+    connector = aiohttp.TCPConnector(limit=config.max_concurrent_requests + 4,
+                                     limit_per_host=0, ssl=tls_context())
+    # Not `trust_env`: it would also read ~/.netrc into every request (aiohttp then refuses
+    # the Authorization header lcb sends) and skip ALL_PROXY; each request names its proxy
+    # (`proxy_for`) instead.
+    return aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy a request to `url` goes through, from the environment as curl and httpx read
+    it: `NO_PROXY` first, then `HTTPS_PROXY` / `HTTP_PROXY` by the URL's scheme, then
+    `ALL_PROXY`; None for none. A proxy that is not HTTP(S) (SOCKS) is a `ValueError`
+    naming the variable, since lcb's model client speaks HTTP to proxies only."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass_environment(parts.hostname):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy is None:
+        return None
+    if urllib.parse.urlsplit(proxy).scheme not in ("http", "https"):
+        raise ValueError(f"the proxy for {redact_url(url)} from the environment ({proxy!r}) is "
+                         "not an HTTP proxy: lcb's model client supports HTTP(S) proxies only")
+    return proxy
 
 
 @functools.cache
@@ -253,133 +287,10 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def build_chat_model(
-    config: ModelConfig, *, http_client: httpx.AsyncClient | None = None
-) -> ChatOpenAI:
-    """The one chat-model factory. Client-side retries are off: `lcb.agents.llm` retries and counts.
-
-    Every request streams, with usage in the stream's last chunk. `config.timeout_s` is an idle
-    timeout, never a bound on the whole reply: httpx applies it to each read (the response
-    head, each piece of the body) and the client's `stream_chunk_timeout` to each wait for the
-    next parsed chunk (so SSE keep-alive comments alone do not keep a silent stream open).
-    Pass `http_client` (see `new_http_client`) for async use; the caller closes it.
-    """
-    return ChatOpenAI(
-        model=config.model_id,
-        base_url=config.base_url,
-        api_key=SecretStr(config.api_key),
-        temperature=config.temperature,
-        top_p=config.top_p,
-        max_tokens=config.max_tokens,
-        seed=config.seed,
-        timeout=config.timeout_s,
-        streaming=True,
-        stream_usage=True,
-        stream_chunk_timeout=config.timeout_s,  # also shields us from its environment variable
-        max_retries=0,
-        use_responses_api=False,
-        extra_body=extra_body(config),
-        http_async_client=http_client,
-    )
-
-
 def extra_body(config: ModelConfig) -> dict[str, Any] | None:
     """The fields sent beyond OpenAI's own: vLLM's extras and the thinking switch (None with
-    `vllm_extras` off). ChatOpenAI sends `max_completion_tokens`; older local servers read
-    only `max_tokens`, so it goes here too."""
+    `vllm_extras` off). The body has `max_completion_tokens`; older local servers read only
+    `max_tokens`, so it goes here too."""
     if not config.vllm_extras:
         return None
     return {**VLLM_EXTRAS, **config.template_kwargs(), "max_tokens": config.max_tokens}
-
-
-class EndpointError(RuntimeError):
-    """The endpoint or model is unusable. The message is meant for users, not a stack trace;
-    `problem` is its first line's reason alone."""
-
-    problem: str = ""
-
-
-def _endpoint_error(config: ModelConfig, problem: str, *,
-                    tried: Sequence[str] | None = None) -> EndpointError:
-    aliases = ", ".join(f"{k} -> {v}" for k, v in MODEL_ALIASES.items())
-    if tried is None and "/v1" not in config.base_url:
-        problem += " (OpenAI-compatible base URLs usually end in /v1)"
-    urls = "".join(f"  URL tried:   {line}\n"
-                   for line in tried or [redact_url(config.base_url)])
-    err = EndpointError(
-        f"Model endpoint check failed: {problem}\n{urls}"
-        f"  model tried: {config.model_id}\n\n" + HOW_TO_SET.format(aliases=aliases)
-    )
-    err.problem = problem
-    return err
-
-
-async def _served_models(config: ModelConfig, client: httpx.AsyncClient) -> list[str] | None:
-    """The ids listed by GET /models; None when the server has no such route."""
-    headers = {"Authorization": f"Bearer {config.api_key}"}
-    try:
-        response = await client.get(f"{config.base_url}/models", headers=headers,
-                                    timeout=min(config.timeout_s, 30.0))
-    except httpx.HTTPError as err:
-        reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        raise _endpoint_error(config, f"no answer from the server ({reason})") from None
-    if response.status_code in (401, 403):
-        status = response.status_code
-        raise _endpoint_error(config, f"the server refused the API key (HTTP {status})")
-    if response.status_code == 404:
-        return None
-    if response.status_code != 200:
-        raise _endpoint_error(config, f"GET /models answered HTTP {response.status_code}")
-    try:
-        return [str(m["id"]) for m in response.json()["data"]]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-async def check_endpoint(config: ModelConfig, *, report: TextIO | None = None) -> None:
-    """Verify that the endpoint answers and serves `config.model_id`; raise `EndpointError`.
-
-    Two cheap calls: GET /models (a connection, key and model-name check), then a 1-token chat
-    completion with the real sampling settings (catches servers that reject them). With
-    several `base_urls`, each is checked at once: one that answers is enough (each that failed
-    is named on `report`, default stderr; the gateway tries it again later); when none does,
-    the error names every URL with its problem.
-    """
-    if len(config.base_urls) == 1:
-        return await _check_one(config)
-    failed = await check_each(config.base_urls, lambda url: _check_one(
-        dataclasses.replace(config, base_url=url)))
-    for err in failed.values():
-        if not isinstance(err, EndpointError):
-            raise err
-    problems = {url: getattr(err, "problem", str(err)) for url, err in failed.items()}
-    if len(failed) == len(config.base_urls):
-        raise _endpoint_error(config, f"none of the {len(failed)} endpoints answers",
-                              tried=[f"{redact_url(url)}: {why}"
-                                     for url, why in problems.items()])
-    left = len(config.base_urls) - len(failed)
-    for url, why in problems.items():
-        print(f"lcb: endpoint {redact_url(url)} failed its check ({why}); the run starts on "
-              f"the other {left} and tries it again later", file=report or sys.stderr)
-
-
-async def _check_one(config: ModelConfig) -> None:
-    """The two cheap calls against `config.base_url` alone."""
-    async with new_http_client(config) as client:
-        served = await _served_models(config, client)
-        if served and config.model_id not in served:
-            listed = ", ".join(served[:10]) + (" ..." if len(served) > 10 else "")
-            problem = f"the server does not serve this model (it serves: {listed})"
-            raise _endpoint_error(config, problem)
-        await _probe_completion(config, client)
-
-
-async def _probe_completion(config: ModelConfig, client: httpx.AsyncClient) -> None:
-    probe = build_chat_model(dataclasses.replace(config, max_tokens=1), http_client=client)
-    try:
-        await probe.ainvoke([HumanMessage("Say OK.")])
-    except Exception as err:  # noqa: BLE001 - every failure becomes one readable message
-        status = getattr(err, "status_code", None)
-        what = f"HTTP {status}" if status else type(err).__name__
-        detail = getattr(err, "message", None) or str(err) or what
-        raise _endpoint_error(config, f"a 1-token completion failed ({what}: {detail})") from None

@@ -2,7 +2,7 @@
 
 Contract:
 - Arguments `code: str` and `stdin: str = ""`. The time limit (10 s) is ours; the model cannot
-  change it. The run goes through `lcb.grading.sandbox.run_python` (the grader's containment,
+  change it. The run goes through `lcb.sandbox.python_exec.run_python` (the grader's containment,
   in the run's sandbox tier).
 - Runs happen in a thread pool of at most `workers` threads (default: the CPU count), so code
   runs in flight never exceed the cores however many agents call at once, and the event loop is
@@ -49,7 +49,7 @@ def clip_output(text: str, limit: int = MAX_FIELD_CHARS) -> str:
 
 
 def format_result(result: Any) -> str:
-    """The tool's text for a `lcb.grading.sandbox.RunResult`."""
+    """The tool's text for a `lcb.sandbox.python_exec.RunResult`."""
     if result.timed_out:
         status = f"timed out after {TIMEOUT_S:g} s (killed)"
     else:
@@ -62,7 +62,7 @@ def format_result(result: Any) -> str:
 
 
 def _default_runner() -> Runner:
-    from lcb.grading.sandbox import (
+    from lcb.sandbox.python_exec import (
         run_python,  # imported late: the sandbox loads only when code runs
     )
 
@@ -72,10 +72,10 @@ def _default_runner() -> Runner:
 def make_python_exec(*, workers: int | None = None, runner: Runner | None = None,
                      sandbox: str = "process") -> BaseTool:
     """Build a `python_exec` tool with its own pool of at most `workers` concurrent runs in
-    the `sandbox` tier ("process" or "bwrap", as `lcb.grading.sandbox.run_python` takes).
+    the `sandbox` tier ("process" or "bwrap", as `lcb.sandbox.python_exec.run_python` takes).
 
-    `runner` replaces `lcb.grading.sandbox.run_python` (tests). The pool's threads are daemon-like
-    executor threads; call `tool.metadata["close"]()` to shut it down.
+    `runner` replaces `lcb.sandbox.python_exec.run_python` (tests). The pool's threads are
+    daemon-like executor threads; call `tool.metadata["close"]()` to shut it down.
     """
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1,
                               thread_name_prefix="python_exec")

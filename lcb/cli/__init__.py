@@ -36,8 +36,8 @@ def load_commands(*names: str) -> Any:
 
 def main() -> None:
     # Programs graded or run by this process may share its uid: keep them out of its memory,
-    # environment (the API key) and descriptors (see lcb.grading.privilege).
-    from lcb.grading.privilege import make_undumpable
+    # environment (the API key) and descriptors (see lcb.sandbox.privilege).
+    from lcb.sandbox.privilege import make_undumpable
 
     make_undumpable()
     command = sys.argv[1] if len(sys.argv) > 1 else None

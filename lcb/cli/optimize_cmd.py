@@ -1,11 +1,14 @@
 """`lcb optimize` and the seed's `python -m optimizers.protocol.run`: one optimizer job.
 
 Both take the same flags (`--method --dataset --topology --model --seed --out --team-size
---communication --budget --phase --data --release --concurrency --splits --set --opt-tests
---sandbox --restart-optimization --cache --replay`, and the generation flags `--temperature
---top-p --max-tokens --thinking/--no-thinking --request-timeout` of `lcb.cli.options`:
+--communication --budget --phase --data --release --concurrency --max-requests --splits --set
+--opt-tests --sandbox --restart-optimization --cache --replay`, and the generation flags
+`--temperature --top-p --max-tokens --thinking/--no-thinking --request-timeout --queue-timeout`
+of `lcb.cli.options`:
 temperature and top-p sample the optimize phase's team runs, validation and test stay greedy;
-`--cache DIR` / `--replay`: the response cache of `lcb.agents.cache`) and run
+`--cache DIR` / `--replay`: the response cache of `lcb.agents.cache`; `--max-requests N`: the
+model requests in flight at most over the whole job, team runs and reflect / judge / probe calls
+to the same endpoint together, recorded in `job.json`'s provenance) and run
 `lcb.optimize.job.run_job`. `--set key=value` (repeatable) overrides one of the method's
 settings (`lcb.optimize.settings`: dotted keys for nested fields, values parsed as JSON). Logs
 go to stderr; stdout carries exactly one line of JSON: the job summary,
@@ -36,7 +39,12 @@ import typer
 from typer._click.exceptions import UsageError  # typer vendors its own click
 
 from lcb.cli.application import LcbCommand, app, entry_app
-from lcb.cli.options import GenerationOptions, choices_metavar, with_generation_options
+from lcb.cli.options import (
+    GenerationOptions,
+    MaxRequestsOpt,
+    choices_metavar,
+    with_generation_options,
+)
 from lcb.cli.signals import Terminated, run_until_term
 from lcb.io import json_text
 from lcb.registry import (
@@ -114,6 +122,7 @@ def optimize(
                        ] = "release_v1",
     concurrency: Annotated[int, _opt("--concurrency", min=1, metavar="N",
                                      help="Team runs in flight.")] = 4,
+    max_requests: MaxRequestsOpt = 16,
     splits: Annotated[Path | None, _opt("--splits", dir_okay=False, metavar="FILE",
                                         panel=_PROTOCOL,
                                         help="Split file (default: benchmarks/lcb/"
@@ -146,7 +155,8 @@ def optimize(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
-    from lcb.agents.models import EndpointError, ModelConfig
+    from lcb.agents.failures import EndpointError
+    from lcb.agents.models import ModelConfig
     from lcb.optimize.evaluation import EvaluationIncomplete
     from lcb.optimize.job import JobConfig, run_job
     from lcb.optimize.outcomes import Misconfigured
@@ -154,7 +164,8 @@ def optimize(
     from lcb.optimize.settings import parse_assignments
 
     try:
-        task = ModelConfig.from_env(model, **generation.overrides())
+        task = ModelConfig.from_env(model, max_concurrent_requests=max_requests,
+                                    **generation.overrides())
         config = JobConfig(method=method, topology=topology, model=task,
                            out=out, seed=seed, dataset=dataset, team_size=team_size,
                            communication=communication, budget=budget, phase=phase,

@@ -227,8 +227,19 @@ ThinkingOpt = Annotated[bool | None, _gen_option(
          "(thinking off); $LCB_THINKING (1/0).")]
 RequestTimeoutOpt = Annotated[float | None, _gen_option(
     "--request-timeout", parser=_seconds, metavar="SECONDS",
-    help="Seconds a model request may wait for the server's next word before it is given up "
+    help="Seconds an answer may go silent between two chunks before the request is given up "
          "and retried (default 120; $LCB_REQUEST_TIMEOUT).")]
+QueueTimeoutOpt = Annotated[float | None, _gen_option(
+    "--queue-timeout", parser=_seconds, metavar="SECONDS",
+    help="Seconds a model request may wait for its answer to begin: a busy server queues "
+         "requests, and a queued request has not gone silent (default 1800; "
+         "$LCB_QUEUE_TIMEOUT).")]
+
+MaxRequestsOpt = Annotated[int, typer.Option(
+    "--max-requests", min=1, metavar="N", rich_help_panel="Model endpoint",
+    help="Model requests in flight at most (sent and not answered yet, those queued at the "
+         "server included); an optimizer job's team runs and its reflection calls to the same "
+         "endpoint share them.")]
 
 
 @dataclass(frozen=True)
@@ -240,19 +251,20 @@ class GenerationOptions:
     max_tokens: int | None = None
     thinking: bool | None = None
     request_timeout: float | None = None
+    queue_timeout: float | None = None
 
     def overrides(self) -> dict[str, Any]:
         """The `ModelConfig` fields the flags set, for `ModelConfig.from_env(**overrides)`."""
         fields = {"temperature": self.temperature, "top_p": self.top_p,
                   "max_tokens": self.max_tokens, "thinking": self.thinking,
-                  "timeout_s": self.request_timeout}
+                  "timeout_s": self.request_timeout, "queue_timeout_s": self.queue_timeout}
         return {name: value for name, value in fields.items() if value is not None}
 
 
 _GENERATION: Shared = (
     ("temperature", TemperatureOpt, None), ("top_p", TopPOpt, None),
     ("max_tokens", MaxTokensOpt, None), ("thinking", ThinkingOpt, None),
-    ("request_timeout", RequestTimeoutOpt, None),
+    ("request_timeout", RequestTimeoutOpt, None), ("queue_timeout", QueueTimeoutOpt, None),
 )
 
 

@@ -33,6 +33,7 @@ from lcb.cli.options import (
     DataOptions,
     GenerationOptions,
     Grader,
+    MaxRequestsOpt,
     Sandbox,
     Topology,
     fail,
@@ -61,8 +62,6 @@ ModelOpt = Annotated[str | None, _opt(
 VllmExtrasOpt = Annotated[bool, _opt(
     "--vllm-extras/--no-vllm-extras", panel=_MODEL,
     help="Send vLLM's extra sampling fields (switch off for hosted APIs that reject them).")]
-MaxRequestsOpt = Annotated[int, _opt(
-    "--max-requests", min=1, panel=_MODEL, help="Model requests in flight at most.")]
 SeedOpt = Annotated[int, _opt("--seed", metavar="SEED",
                               help="Sampling seed (recorded in every record).")]
 TeamSizeOpt = Annotated[int | None, _opt(
@@ -92,14 +91,6 @@ class _Entry:
 
     topology: str
     prog: str
-
-
-def _require_team(topology: str) -> None:
-    from lcb.teams import TEAMS
-
-    if topology not in TEAMS:
-        fail(f"the {topology} topology is not available yet (available now: "
-             f"{', '.join(TEAMS)}); it is built by a later issue.")
 
 
 def _model_config(model: str | None, *, seed: int, max_requests: int, vllm_extras: bool,
@@ -140,7 +131,7 @@ def command_line(ctx: typer.Context, prog: str, *, skip: tuple[str, ...] = (),
 
 
 def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
-    from lcb.agents.models import EndpointError
+    from lcb.agents.failures import EndpointError
     from lcb.cli.signals import EXIT_CODE, Terminated, run_until_term
     from lcb.data.datasets import DataError
     from lcb.grading import SandboxUnavailable
@@ -192,7 +183,7 @@ def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
 
 
 def _team_options(team_size: int | None, communication: str, active: list[str] | None) -> Any:
-    from lcb.teams import TeamOptions
+    from lcb.teams.options import TeamOptions
 
     mask = None if active is None else frozenset(
         agent.strip() for item in active for agent in item.split(",") if agent.strip())
@@ -281,7 +272,6 @@ def run(
             _demo(chosen, model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
                   generation=generation)
             return
-    _require_team(chosen)
     if replay and cache is None:
         fail("--replay runs from the cache alone: name it with --cache DIR")
     from lcb.runs.runner import RunConfig
@@ -307,7 +297,6 @@ def _demo(topology: str, model: str | None, *, seed: int, max_requests: int,
           vllm_extras: bool, generation: GenerationOptions) -> None:
     from lcb.runs.demo import run_demo
 
-    _require_team(topology)
     config = _model_config(model, seed=seed, max_requests=max_requests, vllm_extras=vllm_extras,
                            generation=generation)
     try:

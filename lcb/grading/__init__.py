@@ -6,7 +6,10 @@ calls them (`Solution()` once per program, or the top-level function; tuple -> l
 under `reliability_guard` and `LCB_FUNCTIONAL_MEMORY_BYTES`. Both modes prepend LiveCodeBench's
 import prelude. 6 s per test; stops at the first failing test unless `all_tests=True`.
 The "official" grader runs LiveCodeBench's own code (public then private tests); see
-`lcb.grading.official`. Containment and its limits: see `lcb.grading.sandbox`.
+`lcb.grading.official`. This package says what a verdict means; how a program runs, contained,
+is `lcb.sandbox` (its docstring is the threat model). `SandboxUnavailable` and `check_sandbox`
+(`lcb.sandbox.launch`) are part of this API: `grade` raises the one, callers check with the
+other.
 
 Example (any `Problem`; here one of the bundled samples):
     >>> from lcb.data.datasets import load_problems
@@ -29,8 +32,8 @@ from lcb.grading.verdicts import Verdict
 if TYPE_CHECKING:
     from lcb.data.problems import Problem, Test
     from lcb.grading.grades import Feedback, Grade, TestOutcome
-    from lcb.grading.launch import SandboxUnavailable, check_sandbox
     from lcb.grading.pool import GradingError, GradingPool
+    from lcb.sandbox.launch import SandboxUnavailable, check_sandbox
 
 __all__ = [
     "Feedback", "Grade", "GradingError", "GradingPool", "SandboxUnavailable", "TestOutcome",
@@ -38,24 +41,25 @@ __all__ = [
 ]
 
 
-_LAZY = {"GradingPool": "pool", "GradingError": "pool", "TIMEOUT_S": "pool",
-         "SandboxUnavailable": "launch", "check_sandbox": "launch",
-         "Feedback": "grades", "Grade": "grades", "TestOutcome": "grades"}
+_LAZY = {"GradingPool": "lcb.grading.pool", "GradingError": "lcb.grading.pool",
+         "TIMEOUT_S": "lcb.grading.pool", "SandboxUnavailable": "lcb.sandbox.launch",
+         "check_sandbox": "lcb.sandbox.launch", "Feedback": "lcb.grading.grades",
+         "Grade": "lcb.grading.grades", "TestOutcome": "lcb.grading.grades"}
 
 
 def __getattr__(name: str):
     # The pool and launcher (asyncio, subprocess, threads) and the grade dataclasses load on
-    # first use: zygotes import this package and must stay slim, since every program and
-    # stdin test is forked from one.
+    # first use: a judge imports this package (its entry point is `lcb.grading.judging`) and
+    # needs none of them.
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f"lcb.grading.{_LAZY[name]}"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lcb.grading' has no attribute {name!r}")
 
 
 _pools: dict[tuple[int, str], GradingPool] = {}
-_pools_lock = _thread.allocate_lock()  # not `threading`: workers must not import it
+_pools_lock = _thread.allocate_lock()  # not `threading`: judges do without it
 
 
 def default_pool(sandbox: str = "process") -> GradingPool:

@@ -8,22 +8,34 @@ mid-program (the program, or anything else, killed or stopped it) has the zygote
 left of it; the tests it left without a verdict end in one `Verdict.INFRA` outcome (the pool
 grades the program again, and a host lost at the same test twice is the program's failure).
 `run_official` does the same around `official.judge_official`.
-`grade_from_run(...)`, in the pool's process, turns the answer into the `Grade`.
+In the pool's process, `check_default_run` checks the judge's answer field by field and
+`grade_from_run(...)` turns it into the `Grade`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lcb.grading.contain import Limits
-from lcb.grading.process import Case
-from lcb.grading.verdicts import Verdict, clip_feedback
+from lcb.grading.functional_mode import run_functional
+from lcb.grading.stdin_mode import run_stdin
+from lcb.grading.verdicts import Verdict
+from lcb.sandbox.contain import Limits
+from lcb.text import clip_feedback
 
 if TYPE_CHECKING:
     from lcb.grading.grades import Feedback, Grade, TestOutcome
-    from lcb.grading.judge import HostHandle, Zygote
+    from lcb.sandbox.judge import HostHandle, Zygote
+
+_VERDICTS = frozenset(v.value for v in Verdict)
+
+
+class Case(NamedTuple):
+    """One test as the judge holds it (an `lcb.data.problems.Test` has the same two fields)."""
+
+    input: str
+    output: str
 
 
 class GradingJob(NamedTuple):
@@ -66,9 +78,6 @@ def _with_host(zygote: Zygote, job: GradingJob, use: Callable[[HostHandle], dict
 
 
 def run_default(zygote: Zygote, request: dict) -> dict:
-    from lcb.grading.functional_mode import run_functional
-    from lcb.grading.stdin_mode import run_stdin
-
     job = job_from_request(request)
     started = time.monotonic()
 
@@ -89,8 +98,37 @@ def run_official(zygote: Zygote, request: dict, judge: Callable[..., dict]) -> d
         all_tests=job.all_tests))
 
 
+def number(value: Any) -> float:
+    """`value` as a float: a non-negative int or float (not a bool), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"not a non-negative number: {value!r}")
+    return float(value)
+
+
+def check_default_run(run: Any, n_tests: int) -> dict:
+    """A default-grader answer, field by field (ValueError/TypeError/KeyError if malformed)."""
+    results = []
+    for raw in run["results"]:
+        index = raw["i"]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_tests:
+            raise ValueError(f"test index {index!r} out of range")
+        if raw["v"] not in _VERDICTS:
+            raise ValueError(f"unknown verdict {raw['v']!r}")
+        result = {"i": index, "v": raw["v"], "wall": number(raw["wall"]),
+                  "cpu": number(raw["cpu"])}
+        for key in ("actual", "error"):
+            if key in raw:
+                result[key] = clip_feedback(str(raw[key]))
+        results.append(result)
+    error = run["compile_error"]
+    if error is not None and not isinstance(error, str):
+        raise TypeError("compile_error is not text")
+    return {"results": results, "compile_error": error, "wall_s": number(run["wall_s"])}
+
+
 def grade_from_run(run: dict, *, tests: Sequence[Case], all_tests: bool) -> Grade:
-    """The `Grade` of a `run_default` answer (checked by the pool) on the same `tests`."""
+    """The `Grade` of a `run_default` answer (checked by `check_default_run`) on the same
+    `tests`."""
     from lcb.grading.grades import Grade, TestOutcome
 
     if run["compile_error"] is not None:

@@ -3,7 +3,7 @@
 The host starts one process for the program (`child.run_functional`) with a stream socket as
 its channel (`wire.frame`s both ways). The judge waits for `ready` (the program loaded:
 `Solution()` made), then for each test sends the input and starts that test's clock; the
-process answers with the return value as data (`lcb.grading.values`). The judge decodes it
+process answers with the return value as data (`lcb.sandbox.values`). The judge decodes it
 into plain values, turns a top-level tuple into a list (as LiveCodeBench does) and compares
 with the expected value with `==` here.
 
@@ -25,10 +25,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from lcb.grading import values, wire
-from lcb.grading.judge import HOST_SLACK_S, HostHandle, HostLost
-from lcb.grading.process import Exit, describe_exit, failure_verdict
-from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip_feedback
+from lcb.grading.verdicts import Verdict, describe_exit, failure_verdict
+from lcb.sandbox import values, wire
+from lcb.sandbox.judge import HOST_SLACK_S, HostHandle, HostLost
+from lcb.sandbox.process import Exit
+from lcb.text import FEEDBACK_CHARS, clip_feedback
 
 if TYPE_CHECKING:
     from lcb.grading.default import GradingJob

@@ -5,14 +5,15 @@ run record carries (pass, total, pass_rate, em, tests_run, verdicts, feedback, g
 cpu_s). `em` is 1 only when every one of `total` tests passed, so a fail-fast grade (a prefix of
 the tests) has em 0 as soon as one test fails. A grade with an outcome `Verdict.INFRA`
 (`Grade.infra`) says grading failed, not the program: em 0, the feedback's error says what
-failed. (Also importable from `lcb.grading.verdicts`.)
+failed.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lcb.grading.verdicts import Verdict, clip_feedback
+from lcb.grading.verdicts import Verdict
+from lcb.text import clip_feedback
 
 
 @dataclass(frozen=True)

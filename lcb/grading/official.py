@@ -7,7 +7,7 @@ Contract:
   ones, in stored order, as LiveCodeBench grades (`tests=` overrides them). It raises
   `OfficialGraderMissing` when the package is absent.
 - The official code runs as LiveCodeBench runs it, in one process per program
-  (`lcb.grading.official_child`): `run_test` applies `reliability_guard`, runs stdin programs as
+  (`lcb.sandbox.official_child`): `run_test` applies `reliability_guard`, runs stdin programs as
   a wrapped function with patched stdin, stops at the first failure. Its result codes map onto
   `Verdict`: True -> passed, False/-2 -> wrong answer, -3 -> time limit, -4 -> runtime error
   (a `MemoryError` -> memory limit; a program that does not compile -> compile error), and a
@@ -23,7 +23,7 @@ Contract:
 
 What lcb adds around it (the official call has none of these): the program's process is forked
 from a clean zygote by its program host, with the same uid, Landlock, namespaces, rlimits and
-cgroups as the default grader (`lcb.grading.sandbox`); the judge (`judge_official`, which holds
+cgroups as the default grader (`lcb.sandbox`); the judge (`judge_official`, which holds
 nothing of lcb's but the tests) kills it when an alarm LiveCodeBench armed has run for
 `timeout_s + 1` seconds without being cancelled (a program that ignores or blocks SIGALRM), or
 at LiveCodeBench's global limit `(timeout_s + 1) * n_tests + 5`. While no alarm is armed,
@@ -48,9 +48,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lcb.grading import wire
-from lcb.grading.judge import HOST_SLACK_S
-from lcb.grading.official_child import (
+from lcb.grading.default import number
+from lcb.grading.verdicts import Verdict
+from lcb.sandbox import wire
+from lcb.sandbox.judge import HOST_SLACK_S
+from lcb.sandbox.official_child import (
     DISARMED,
     HEARTBEAT,
     INSTALL_HINT,
@@ -59,16 +61,16 @@ from lcb.grading.official_child import (
     input_output,
     require_official,
 )
-from lcb.grading.process import memfd
-from lcb.grading.verdicts import Verdict, clip_feedback
+from lcb.sandbox.process import memfd
+from lcb.text import clip_feedback
 
 if TYPE_CHECKING:
     from lcb.data.problems import Problem, Test
     from lcb.grading.grades import Feedback, Grade
-    from lcb.grading.judge import HostHandle
+    from lcb.sandbox.judge import HostHandle
 
-__all__ = ["INSTALL_HINT", "ChildRun", "OfficialGraderMissing", "Segment", "grade_official",
-           "judge_official", "official_tests", "require_official", "to_grade"]
+__all__ = ["INSTALL_HINT", "ChildRun", "OfficialGraderMissing", "Segment", "check_official_run",
+           "grade_official", "judge_official", "official_tests", "require_official", "to_grade"]
 
 TIMEOUT_S = 6
 _MAX_RESULT = 16 << 20
@@ -170,6 +172,16 @@ def _plain_meta(meta: object) -> dict:
 
 
 # --- the pool's side --------------------------------------------------------------------------
+
+
+def check_official_run(run: Any) -> dict:
+    """An official-grader answer: segments as plain data, or None."""
+    segments = run["segments"]
+    if segments is not None:
+        segments = [[int(start), [int(c) for c in codes], dict(meta)]
+                    for start, codes, meta in segments]
+    return {"segments": segments, "killed": bool(run["killed"]), "lost": bool(run["lost"]),
+            "wall_s": number(run["wall_s"]), "cpu_s": number(run["cpu_s"])}
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,13 @@ Contract:
 - At most `os.cpu_count()` slots (a request for more is capped): more programs running than
   cores would turn slow programs into false time limits. All start at once, in the background,
   when the pool is made; a dead one is replaced on the next call. A slot is a judge and a
-  zygote (`lcb.grading.slot`); programs never run in this process or in the judge.
+  zygote (`lcb.sandbox.slot`), the judge started with grading's entry point
+  (`lcb.grading.judging.main`); programs never run in this process or in the judge.
 - `grade_sync` blocks the calling thread; `await grade(...)` runs the same call on the pool's
   own threads, so any number of asyncio tasks and threads may share one pool.
-- Requests and answers are size-capped JSON (`lcb.grading.wire`), matched by id; an answer is
-  checked against its schema before a `Grade` is built from it here.
+- Requests and answers are size-capped JSON (`lcb.sandbox.wire`), matched by id; an answer is
+  checked against its schema (`default.check_default_run`, `official.check_official_run`)
+  before a `Grade` is built from it here.
 - Infrastructure failures are not verdicts. A program whose grading failed (its slot died,
   raised, answered late, out of step or malformed; a replacement slot would not start; or its
   grade came back with `Verdict.INFRA`: the program's host was lost) is graded once more on
@@ -18,8 +20,8 @@ Contract:
   the same test: a fresh slot cannot fail there by chance, the program did it (its host runs
   as its uid, is its side of the boundary), so that test is the program's `runtime_error`.
   (A program cannot signal its own host where Landlock scopes signals, nor change its limits
-  or scheduling, nor make the OOM killer pick it: `lcb.grading.landlock.scope_only`,
-  `lcb.grading.seccomp`, `lcb.grading.host`.)
+  or scheduling, nor make the OOM killer pick it: `lcb.sandbox.landlock.scope_only`,
+  `lcb.sandbox.seccomp`, `lcb.sandbox.host`.)
 - Bad arguments raise `ValueError`/`TypeError` at once; a tier that cannot run here raises
   `SandboxUnavailable` (no slot of the pool has ever started: nothing was graded); a closed
   pool raises `GradingError`. A call interrupted mid-way (e.g. by KeyboardInterrupt) discards
@@ -42,21 +44,16 @@ from dataclasses import replace
 from typing import Any
 
 from lcb.data.problems import Mode, Problem, Test
-from lcb.grading import launch
-from lcb.grading.contain import Limits
-from lcb.grading.default import grade_from_run
+from lcb.grading import judging
+from lcb.grading.default import check_default_run, grade_from_run
 from lcb.grading.grades import Feedback, Grade
-from lcb.grading.privilege import make_undumpable
-from lcb.grading.slot import (
-    JudgeRaised,
-    Slot,
-    SlotFailed,
-    SlotGone,
-    check_default_run,
-    check_official_run,
-)
-from lcb.grading.verdicts import Verdict, clip_feedback
+from lcb.grading.verdicts import Verdict
 from lcb.registry import GRADERS
+from lcb.sandbox import launch
+from lcb.sandbox.contain import Limits
+from lcb.sandbox.privilege import make_undumpable
+from lcb.sandbox.slot import JudgeRaised, Slot, SlotFailed, SlotGone
+from lcb.text import clip_feedback
 
 TIMEOUT_S = 6.0
 
@@ -99,7 +96,13 @@ def build_request(problem: Problem, code: str, *, all_tests: bool, grader: str,
 def _official_request(problem: Problem, code: str, *, all_tests: bool,
                       tests: Sequence[Test] | None, timeout_s: float
                       ) -> tuple[dict, float, Callable[[Any], Grade]]:
-    from lcb.grading.official import ChildRun, official_tests, require_official, to_grade
+    from lcb.grading.official import (
+        ChildRun,
+        check_official_run,
+        official_tests,
+        require_official,
+        to_grade,
+    )
 
     require_official()  # missing: say how to install it here, before any slot is asked
     chosen = tuple(official_tests(problem) if tests is None else tests)
@@ -242,7 +245,7 @@ class GradingPool:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def _start(self) -> Slot:
-        slot = Slot.start(self.sandbox)
+        slot = Slot.start(self.sandbox, judge=judging.main)
         with self._lock:
             self._live.add(slot)
             self._proven = True  # the tier runs here: a slot failing later is infrastructure

@@ -10,7 +10,7 @@ Returns the pool's `isolation` (how programs are confined: uid, Landlock ABI, pr
 memory cgroup), which runs record in their manifest.
 
 Mid-run, the same proof is the slot's own start: a slot the pool starts to replace a lost one
-must pass its zygote's checks (`lcb.grading.slot`). Once a slot of the pool has started, one
+must pass its zygote's checks (`lcb.sandbox.slot`). Once a slot of the pool has started, one
 that fails to is an infrastructure failure of the programs it was meant for (`infra`, see
 `lcb.grading.pool`), not a reason to stop the batch; before that, `SandboxUnavailable`.
 """
@@ -18,8 +18,8 @@ that fails to is an infrastructure failure of the programs it was meant for (`in
 from __future__ import annotations
 
 from lcb.data.problems import Mode, Problem, Test
-from lcb.grading.launch import SandboxUnavailable
 from lcb.grading.pool import GradingError, GradingPool
+from lcb.sandbox.launch import SandboxUnavailable
 
 _STDIN = Problem(
     id="lcb-preflight-stdin", title="preflight", statement="", starter_code="", mode=Mode.STDIN,

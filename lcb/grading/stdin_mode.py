@@ -1,7 +1,7 @@
 """Stdin mode, on the judge's side: tests go to the program's host ahead, verdicts are made here.
 
 The judge keeps up to `AHEAD_TESTS` tests (and `AHEAD_BYTES` of input) queued at the host
-(`lcb.grading.host_stdin`): for each, an input memfd and an empty stdout memfd. The host runs
+(`lcb.sandbox.host_stdin`): for each, an input memfd and an empty stdout memfd. The host runs
 them back to back and reports in batches, each report at most `host_stdin.BATCH_S` after its
 test ended (even while the next test runs), so between two messages there is at most one test's
 time: the judge's wait for a message expires only when the host is lost, never because a
@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from lcb.grading.compare import stdout_matches
-from lcb.grading.judge import HOST_SLACK_S, HostHandle, HostLost, check_report
-from lcb.grading.process import Exit, describe_exit, failure_verdict, memfd, read_fd
-from lcb.grading.verdicts import FEEDBACK_CHARS, Verdict, clip_feedback
+from lcb.grading.verdicts import Verdict, describe_exit, failure_verdict
+from lcb.sandbox.judge import HOST_SLACK_S, HostHandle, HostLost, check_report
+from lcb.sandbox.process import Exit, memfd, read_fd
+from lcb.text import FEEDBACK_CHARS, clip_feedback
 
 if TYPE_CHECKING:
     from lcb.grading.default import GradingJob

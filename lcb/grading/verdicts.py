@@ -1,25 +1,25 @@
-"""Verdicts: the enum every test result carries, and the clipping of feedback text.
+"""Verdicts: the enum every test result carries, and how a process's unclean end becomes one.
 
 Contract: `Verdict` values are the strings records carry. `INFRA` is not a verdict on the
 program: grading itself failed (a host, judge or zygote lost, a slot that died or would not
-start), on a retry too (`lcb.grading.pool`). This module is stdlib-only and slim (zygotes
-import it; forking them must stay cheap). The grade data (`TestOutcome`,
-`Feedback`, `Grade`) lives in `lcb.grading.grades` and is re-exported here on first use.
+start), on a retry too (`lcb.grading.pool`). `failure_verdict` classifies a program process
+that timed out, failed or wrote too much (from its host's exit report, `lcb.sandbox.process.Exit`)
+and `describe_exit` says how it ended, in words for feedback; both run in the judge.
+The grade data (`TestOutcome`, `Feedback`, `Grade`) lives in `lcb.grading.grades`; feedback
+text is clipped by `lcb.text.clip_feedback`. Stdlib only at run time.
 """
 
 from __future__ import annotations
 
+import signal
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from lcb.text import FEEDBACK_NOTE, HALF, clip
-
 if TYPE_CHECKING:
-    from lcb.grading.grades import Feedback, Grade, TestOutcome
+    from lcb.sandbox.contain import Limits
+    from lcb.sandbox.process import Exit
 
-__all__ = ["FEEDBACK_CHARS", "Feedback", "Grade", "TestOutcome", "Verdict", "clip_feedback"]
-
-FEEDBACK_CHARS = 2000
+__all__ = ["Verdict", "describe_exit", "failure_verdict"]
 
 
 class Verdict(StrEnum):
@@ -33,17 +33,25 @@ class Verdict(StrEnum):
     INFRA = "infra"  # the grading infrastructure failed: no verdict on the program
 
 
-def clip_feedback(text: str, limit: int = FEEDBACK_CHARS) -> str:
-    """`text` if short enough, else its head and tail halves around a note saying how much
-    was cut (`lcb.text.clip` with `HALF` and `FEEDBACK_NOTE`)."""
-    return clip(text, limit, head=HALF, note=FEEDBACK_NOTE)
+def failure_verdict(ended: Exit, *, stdout_size: int, stderr_tail: str, limits: Limits,
+                    oom: bool = False) -> Verdict:
+    """The verdict of a program process that timed out, failed, or wrote too much."""
+    if ended.timed_out or ended.signal == signal.SIGXCPU:
+        return Verdict.TIME_LIMIT
+    if stdout_size >= limits.output_bytes or ended.signal == signal.SIGXFSZ:
+        return Verdict.OUTPUT_LIMIT
+    last = stderr_tail.strip().rsplit("\n", 1)[-1]
+    if oom or last.startswith("MemoryError"):
+        return Verdict.MEMORY_LIMIT
+    return Verdict.RUNTIME_ERROR
 
 
-def __getattr__(name: str):
-    # Grade data classes load on first use: `dataclasses` pulls in `inspect`, `ast`, `dis` …,
-    # which would fatten every zygote (and every process forked from it).
-    if name in ("Feedback", "Grade", "TestOutcome"):
-        from lcb.grading import grades
-
-        return getattr(grades, name)
-    raise AttributeError(f"module 'lcb.grading.verdicts' has no attribute {name!r}")
+def describe_exit(ended: Exit, *, oom: bool = False) -> str:
+    """How a program process ended, in words (for the feedback's error)."""
+    if ended.timed_out:
+        return "killed at the time limit"
+    if oom:
+        return "killed: its memory cgroup ran out (memfd, tmpfs or shared memory count too)"
+    if ended.signal is not None:
+        return f"killed by signal {signal.Signals(ended.signal).name}"
+    return f"exit code {ended.exit_code}"

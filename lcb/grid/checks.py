@@ -2,9 +2,11 @@
 
 Contract of `usable_endpoints(job, key) -> (live, dropped)`:
 - Every endpoint of the job (its `VLLM_BASE_URL` list, else this process's, else lcb's
-  default) gets lcb's own check (`lcb.agents.models.check_endpoint`: list the models, then a
+  default) gets lcb's own check (`lcb.agents.check.check_endpoint`: list the models, then a
   1-token completion), all at once; `live` keeps the ones that pass in list order, `dropped`
-  maps each other one to its reason.
+  maps each other one to its reason. As there, busy is not down: a server that took the
+  request but has not answered yet is waited for, up to `ModelConfig`'s default queue timeout
+  (1800 s), with one notice on this process's stderr.
 - A verdict is kept for `CHECK_TTL_S` seconds in `<grid>/.grid/checks/`, one file per
   (endpoint, model, key), written under a lock: the jobs of one array or pool that start together
   on one machine wait for one check instead of each making it (and each importing the model
@@ -38,8 +40,9 @@ def _urls(job: GridJob) -> list[str]:
 
 def check_now(urls: list[str], model_id: str, key: str) -> dict[str, str]:
     """lcb's check of each URL at once: the ones that failed, with their reason."""
+    from lcb.agents.check import check_endpoint
     from lcb.agents.endpoints import check_each
-    from lcb.agents.models import ModelConfig, check_endpoint
+    from lcb.agents.models import ModelConfig
 
     base = ModelConfig(base_url=urls[0], model_id=model_id, api_key=key)
 

@@ -20,7 +20,10 @@ Contract of `aggregate(root, split_mixed=False)`:
   seed-stratified paired bootstrap CI (`lcb.stats`) and `cost`: the budget, and the
   means per seed (over seeds that record them) of charged rollouts, proposals, accepted ones,
   infrastructure failures (`infra_failures_mean`: rollout attempts lost to an endpoint, a
-  timeout or grading, never charged) and uncharged tokens (prompt + completion) per kind.
+  timeout or grading, never charged) and uncharged tokens (prompt + completion) per kind
+  (`tokens_mean`), with `calls_without_usage` per kind: calls whose server reported no usage
+  (`lcb.agents.usage`), summed over seeds. A kind with any is unknown: its `tokens_mean` is
+  None and the table says "unknown", since a mean of partial sums would understate it.
   Holm's correction runs over every per-seed McNemar p-value of a (dataset × model) family,
   across methods and cells (`p_holm`).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lcb import stats
+from lcb.agents.usage import WITHOUT_USAGE
 from lcb.io import write_json
 from lcb.optimize.artifacts import Artifact, ArtifactError, JobResult, JobSpec, read_model
 from lcb.optimize.fingerprint import (
@@ -184,12 +188,15 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 def _group_cost(costs: list[dict[str, Any]]) -> dict[str, Any]:
     budgets = {cost["budget"] for cost in costs}
-    usage = [cost["uncharged"] for cost in costs]
+    usage = [cost["uncharged"] for cost in costs if cost["uncharged"] is not None]
+    unknown = {kind: sum(u[kind].get(WITHOUT_USAGE) or 0 for u in usage) for kind in KINDS}
     return {"budget": budgets.pop() if len(budgets) == 1 else None,
             **{f"{key}_mean": _mean(cost[key] for cost in costs)
                for key in ("charged", "proposals", "accepted", "infra_failures")},
-            "tokens_mean": {kind: _mean(u[kind]["prompt_tokens"] + u[kind]["completion_tokens"]
-                                        for u in usage if u is not None) for kind in KINDS}}
+            "tokens_mean": {kind: None if unknown[kind] else _mean(
+                u[kind]["prompt_tokens"] + u[kind]["completion_tokens"] for u in usage)
+                for kind in KINDS},
+            "calls_without_usage": unknown}
 
 
 def _group_row(group: Group, *, resamples: int, rng_seed: int, level: float) -> dict[str, Any]:
@@ -260,7 +267,9 @@ def _amount(value: float | None) -> str:
 
 
 def _spend(cost: dict[str, Any]) -> str:
-    tokens = " / ".join(_amount(cost["tokens_mean"][kind]) for kind in KINDS)
+    unknown = cost.get("calls_without_usage") or {}
+    tokens = " / ".join("unknown" if unknown.get(kind) else _amount(cost["tokens_mean"][kind])
+                        for kind in KINDS)
     return (f"{_amount(cost['charged_mean'])} / {_amount(cost['budget'])} "
             f"| {_amount(cost['proposals_mean'])} ({_amount(cost['accepted_mean'])}) | {tokens}")
 

@@ -135,7 +135,8 @@ class HistoryEntry(_Model):
     parent: str | None = None
     scores: dict[str, float] = Field(default_factory=dict)
     charged: int = Field(ge=0)
-    uncharged: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # per kind: calls, tokens (None: no call reported usage; lcb.agents.usage), ...
+    uncharged: dict[str, dict[str, int | None]] = Field(default_factory=dict)
     note: str = ""
     roles: list[str] = Field(default_factory=list)
     scored_on: str | None = None

@@ -32,6 +32,9 @@ Contract:
   rollout is finally abandoned, since a successful re-grade returns them in the rollout.
 - Reflection / proposal / judge calls are never charged; `record_uncharged(...)` adds their calls
   and tokens to the ledger's usage, per kind.
+- Tokens a server did not report (`lcb.agents.usage`): `failed_attempt_tokens` and each kind's
+  usage also count `n_calls_without_usage`, and a token total is None when every call it
+  covers is unknown; `sum_usage` adds them up. A state without that key reads as 0 of them.
 - `state()` is JSON-able and `BudgetLedger.from_state(state)` restores it for checkpoints:
   `total, charged, retries, infra_failures, abandoned, refused, failed_attempt_tokens,
   refusal_watch, uncharged`. In-flight reservations are not part of the state: a rollout cut
@@ -48,6 +51,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from lcb.agents.usage import WITHOUT_USAGE, sum_usage
 from lcb.optimize.outcomes import (  # re-exported: how an attempt ends
     InfraFailure,
     Misconfigured,
@@ -59,7 +63,7 @@ from lcb.optimize.outcomes import (  # re-exported: how an attempt ends
 T = TypeVar("T")
 INFRA_RETRIES = 2
 STANDARD_BUDGET = 600
-_USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens")
+_USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens", WITHOUT_USAGE)
 
 __all__ = ["INFRA_RETRIES", "STANDARD_BUDGET", "BudgetError", "BudgetExhausted", "BudgetLedger",
            "InfraFailure", "Misconfigured", "Refused", "Reservation", "infra_reason"]
@@ -112,8 +116,9 @@ class BudgetLedger:
         self.infra_failures = 0
         self.abandoned = 0  # rollouts refunded after every retry failed
         self.refused = 0  # charged rollouts whose request the server refused
-        self.failed_attempt_tokens = dict.fromkeys(_USAGE_KEYS, 0)  # calls: answered ones
-        self.uncharged: dict[str, dict[str, int]] = {}
+        # calls: answered ones in failed_attempt_tokens; every call (failed too) in uncharged
+        self.failed_attempt_tokens: dict[str, int | None] = dict.fromkeys(_USAGE_KEYS, 0)
+        self.uncharged: dict[str, dict[str, int | None]] = {}
 
     # --- counters -------------------------------------------------------------------------
     @property
@@ -239,18 +244,22 @@ class BudgetLedger:
         self.watch.refusals = []
 
     # --- uncharged calls ------------------------------------------------------------------
-    def record_uncharged(self, kind: str, *, calls: int = 1, prompt_tokens: int = 0,
-                         completion_tokens: int = 0) -> None:
-        """Record reflection/proposal/judge/probe usage (`kind` names it); never charged."""
+    def record_uncharged(self, kind: str, *, calls: int = 1, prompt_tokens: int | None = 0,
+                         completion_tokens: int | None = 0,
+                         n_calls_without_usage: int = 0) -> None:
+        """Record reflection/proposal/judge/probe usage (`kind` names it); never charged.
+        Tokens are None when no call of it reported usage (`lcb.agents.usage`)."""
         if not kind:
             raise ValueError("record_uncharged needs a kind such as 'reflection'")
-        values = (calls, prompt_tokens, completion_tokens)
-        if any(not isinstance(v, int) or v < 0 for v in values):
+        values = (calls, prompt_tokens, completion_tokens, n_calls_without_usage)
+        known_tokens = [v for v in (prompt_tokens, completion_tokens) if v is not None]
+        if any(not isinstance(v, int) or v < 0
+               for v in (calls, n_calls_without_usage, *known_tokens)):
             raise ValueError(f"usage counts must be integers >= 0, got {values}")
         with self._lock:
-            usage = self.uncharged.setdefault(kind, dict.fromkeys(_USAGE_KEYS, 0))
-            for key, value in zip(_USAGE_KEYS, values, strict=True):
-                usage[key] += value
+            usage = self.uncharged.get(kind, {})
+            added = dict(zip(_USAGE_KEYS, values, strict=True))
+            self.uncharged[kind] = sum_usage([usage, added], calls="calls")
 
     # --- checkpoints ----------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -292,10 +301,10 @@ class BudgetLedger:
             for counter in ("infra_failures", "abandoned", "refused"):
                 setattr(ledger, counter, int(state.get(counter, 0)))
             failed = state.get("failed_attempt_tokens", {})
-            ledger.failed_attempt_tokens = {k: int(failed.get(k, 0)) for k in _USAGE_KEYS}
+            ledger.failed_attempt_tokens = sum_usage([failed], calls="calls")
             ledger.watch.restore(state.get("refusal_watch", {}))
             for kind, usage in state.get("uncharged", {}).items():
-                ledger.record_uncharged(kind, **{k: int(usage.get(k, 0)) for k in _USAGE_KEYS})
+                ledger.record_uncharged(kind, **{k: usage.get(k, 0) for k in _USAGE_KEYS})
         except (KeyError, TypeError, ValueError) as exc:
             raise BudgetError(f"ledger state is malformed: {exc!r}") from None
         return ledger
@@ -359,7 +368,6 @@ class _Unit:
         return exc.result
 
 
-def _add_tokens(into: dict[str, int], usage: Mapping[str, int]) -> None:
-    into["calls"] += int(usage.get("n_llm_calls", 0))
-    for key in ("prompt_tokens", "completion_tokens"):
-        into[key] += int(usage.get(key, 0))
+def _add_tokens(into: dict[str, int | None], usage: Mapping[str, int | None]) -> None:
+    """Add a failed attempt's usage (`usage_of`: `n_llm_calls` counts its calls)."""
+    into.update(sum_usage([into, {**usage, "calls": usage.get("n_llm_calls")}], calls="calls"))

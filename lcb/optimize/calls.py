@@ -4,7 +4,8 @@ Contract:
 - Three kinds (`CallKind`): `reflect` and `judge` go to the reflection model, `probe` to the
   task model (one single-agent call with a candidate prompt). None is charged; each call's
   tokens are added to the ledger under its kind, and the call is written whole (kind, purpose,
-  messages, answer, tokens, sampling, seed, latency) to `DIR/calls.jsonl.gz`.
+  messages, answer, tokens, sampling, seed, latency) to `DIR/calls.jsonl.gz`. Tokens the
+  server did not report are null there, with `n_calls_without_usage` 1 (`lcb.agents.usage`).
 - The reflection model: `REFLECTION_MODEL_BASE_URL` / `REFLECTION_MODEL_ID` /
   `REFLECTION_MODEL_API_KEY` (default: the task endpoint, model and key),
   `REFLECTION_MODEL_VLLM_EXTRAS` (0 for a hosted API; default as the task model), sampling
@@ -21,10 +22,15 @@ Contract:
 - A call that fails after the client's retries raises `ReflectionError` naming the endpoint.
 - With a response cache (`cache`, `lcb.agents.cache`), calls not in the journal go through it
   with their kind as the purpose.
+- Requests in flight: the calls to one endpoint (its `base_urls`) share one request semaphore
+  of that config's `max_concurrent_requests` (`--max-requests`), whatever their kind and
+  sampling; `slots` passes in the ones already in use (the team runs' own), so that the
+  job's team runs and its calls to the same endpoint are capped together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
@@ -45,7 +51,7 @@ from lcb.agents.cache import ResponseCache
 from lcb.agents.endpoints import redact_url
 from lcb.agents.llm import ModelCallError, ModelGateway
 from lcb.agents.models import ModelConfig, resolve_model
-from lcb.agents.usage import CallTag, UsageLedger
+from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, CallTag, UsageLedger
 from lcb.io import BadJson, atomic_writer, json_text, loads
 from lcb.optimize.artifacts import ArtifactError
 from lcb.optimize.budget import BudgetLedger
@@ -180,10 +186,12 @@ class ModelCalls:
 
     def __init__(self, *, reflection: ModelConfig, task: ModelConfig, ledger: BudgetLedger,
                  optimizer_seed: int, journal: CallJournal,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseCache | None = None,
+                 slots: Mapping[tuple[str, ...], asyncio.Semaphore] | None = None) -> None:
         self.reflection, self.task, self.cache = reflection, task, cache
         self.ledger, self.optimizer_seed, self.journal = ledger, optimizer_seed, journal
         self._gateways: dict[tuple, ModelGateway] = {}
+        self._slots = dict(slots or {})  # endpoint list -> its request semaphore
         self._counts: Counter[str] = Counter()
 
     def position(self) -> dict[str, dict[str, int]]:
@@ -218,8 +226,10 @@ class ModelCalls:
         key = call_key(kind, purpose, shown, {**sampling, "seed": seed})
         journaled = self.journal.replay(key)
         if journaled is not None:
-            self.ledger.record_uncharged(kind, prompt_tokens=journaled["prompt_tokens"],
-                                         completion_tokens=journaled["completion_tokens"])
+            self.ledger.record_uncharged(
+                kind, prompt_tokens=journaled["prompt_tokens"],
+                completion_tokens=journaled["completion_tokens"],
+                n_calls_without_usage=journaled.get(WITHOUT_USAGE, 0))  # absent: older lines
             return str(journaled["answer"])
         return await self._call(kind, messages, config=config, key=key, seed=seed,
                                 line={"kind": str(kind), "purpose": purpose, "key": key,
@@ -242,13 +252,10 @@ class ModelCalls:
             raise ReflectionError(f"the {kind} model {config.model_id!r} at "
                                   f"{redact_url(config.base_url)} "
                                   f"failed: {exc}") from exc
-        spent = usage.total()
+        spent = {key: usage.total().to_record()[key] for key in (*TOKEN_KEYS, WITHOUT_USAGE)}
         answer = reply.content if isinstance(reply.content, str) else reply.text
-        self.ledger.record_uncharged(kind, prompt_tokens=spent.prompt_tokens,
-                                     completion_tokens=spent.completion_tokens)
-        self.journal.append({**line, "answer": answer, "error": None,
-                             "prompt_tokens": spent.prompt_tokens,
-                             "completion_tokens": spent.completion_tokens,
+        self.ledger.record_uncharged(kind, **spent)
+        self.journal.append({**line, "answer": answer, "error": None, **spent,
                              "latency_s": round(time.monotonic() - started, 3)})
         return answer
 
@@ -256,7 +263,9 @@ class ModelCalls:
         key = (config.base_url, config.model_id, config.temperature, config.top_p,
                config.max_tokens)
         if key not in self._gateways:
-            self._gateways[key] = ModelGateway(config, cache=self.cache)
+            slots = self._slots.setdefault(
+                config.base_urls, asyncio.Semaphore(config.max_concurrent_requests))
+            self._gateways[key] = ModelGateway(config, cache=self.cache, slots=slots)
         return self._gateways[key]
 
     async def aclose(self) -> None:

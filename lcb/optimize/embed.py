@@ -15,7 +15,8 @@ Contract:
   pieces, `safetensors` for the weights, and our numpy forward pass of the checkpoint's pipeline
   (`modules.json`: BERT encoder, mean pooling over all tokens, normalisation). Texts are cut at
   the checkpoint's `max_seq_length` (256 word pieces), as sentence-transformers cuts them. The
-  vectors equal sentence-transformers' to within 1e-5 (tests/test_embed.py holds its numbers).
+  vectors equal sentence-transformers' to within 1e-5 (tests/optimize/test_embed.py holds its
+  numbers).
 - "hashing" (`HashingEmbedder`): signed feature hashing of lower-cased word 1- and 2-grams with
   sublinear counts. Deterministic across processes and machines, pure Python, and of low
   quality: it sees shared words, not meaning. For tests only.

@@ -45,7 +45,7 @@ from lcb.optimize.teamrun import Failed, TeamRunner, refusal_of
 from lcb.runs.records import RecordLog, summarize
 from lcb.runs.rundir import RunPaths
 from lcb.runs.runner import RunConfig, build_record
-from lcb.teams import TeamResult
+from lcb.teams.common import TeamResult
 
 log = logging.getLogger("lcb.optimize")
 

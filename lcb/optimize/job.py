@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from lcb.agents.cache import check_cache, open_cache
-from lcb.agents.models import ModelConfig, check_endpoint
+from lcb.agents.check import check_endpoint
+from lcb.agents.models import ModelConfig
 from lcb.agents.prompts import bundle_hashes, role_path, seed_bundle
 from lcb.grading import GradingPool
 from lcb.grading.preflight import preflight
@@ -63,7 +64,7 @@ from lcb.optimize.splits import (
     splits_from_loaded,
 )
 from lcb.optimize.teamrun import DEFAULT_RUN_TIMEOUT_S, TeamCell
-from lcb.teams import TeamRuntime
+from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
 SPLITS_FILE = "splits.json"

@@ -3,8 +3,10 @@
 Contract of `read_cost(job_dir, budget=...)`:
 - Returns `{"budget", "charged", "proposals", "accepted", "infra_failures", "uncharged",
   "source"}` where
-  `uncharged` is `{kind: {"calls", "prompt_tokens", "completion_tokens"}}` for every kind in
-  `KINDS` (zeros when the job made no such call) and `source` names the file the numbers came
+  `uncharged` is `{kind: {"calls", "prompt_tokens", "completion_tokens",
+  "n_calls_without_usage"}}` for every kind in `KINDS` (zeros when the job made no such call;
+  tokens by `lcb.agents.usage`'s rule: None when no call of the kind reported usage, a file
+  without `n_calls_without_usage` has none) and `source` names the file the numbers came
   from: "result.json", "ledger.json" or None when neither says anything.
 - `result.json`'s `cost` object wins. Any key it lacks (or the whole object, in jobs written
   before it existed) comes from the fallback: `charged` and `uncharged` from `ledger.json`,
@@ -16,8 +18,9 @@ Contract of `read_cost(job_dir, budget=...)`:
 - Older ledgers keyed uncharged usage by purpose ("gepa:reflect:coder"); `kind_of` maps a key
   to its kind: one of `KINDS` as is, else "judge" or "probe" when the key contains that word,
   else "reflect". Usage of keys that map to one kind is summed.
-- A count that is not an integer >= 0, a file that is not JSON, or a history line (other than
-  a cut-off last line) that is not a JSON object raises `ArtifactError` naming the file.
+- A count that is not an integer >= 0 (a token total may be null), a file that is not JSON,
+  or a history line (other than a cut-off last line) that is not a JSON object raises
+  `ArtifactError` naming the file.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, sum_usage
 from lcb.io import BadJson, loads
 from lcb.optimize.artifacts import Artifact, ArtifactError
 
 KINDS = ("reflect", "judge", "probe")
-USAGE_KEYS = ("calls", "prompt_tokens", "completion_tokens")
+USAGE_KEYS = ("calls", *TOKEN_KEYS, WITHOUT_USAGE)
 LEDGER = "ledger.json"  # as lcb.optimize.phases writes it (not imported: it pulls in the team)
 
 
@@ -85,17 +89,17 @@ def _fallback(job_dir: Path, *, budget: int | None) -> dict[str, Any]:
             "source": LEDGER}
 
 
-def _by_kind(usage: Any, where: str) -> dict[str, dict[str, int]]:
+def _by_kind(usage: Any, where: str) -> dict[str, dict[str, int | None]]:
     if not isinstance(usage, dict):
         raise ArtifactError(f"{where} must be an object of usage per kind, got {usage!r}")
-    totals = {kind: dict.fromkeys(USAGE_KEYS, 0) for kind in KINDS}
+    parts: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for key, counts in usage.items():
         if not isinstance(counts, dict):
             raise ArtifactError(f"{where}.{key} must be an object, got {counts!r}")
-        into = totals[kind_of(str(key))]
         for name in USAGE_KEYS:
-            into[name] += _count(counts.get(name, 0), f"{where}.{key}.{name}")
-    return totals
+            _count(counts.get(name, 0), f"{where}.{key}.{name}", nullable=name in TOKEN_KEYS)
+        parts[kind_of(str(key))].append(counts)
+    return {kind: sum_usage(found, calls="calls") for kind, found in parts.items()}
 
 
 def _proposals(history: Path) -> tuple[int, int]:

@@ -42,7 +42,7 @@ from lcb.optimize.artifacts import (
 )
 from lcb.optimize.method import Rollout
 from lcb.runs.rundir import read_transcript, write_transcript
-from lcb.teams import TeamResult
+from lcb.teams.common import TeamResult
 
 ROLLOUT_LOG = "rollouts.jsonl"
 ABANDONED_LOG = "abandoned.jsonl"  # rollouts refunded after every try: None on a retrace
@@ -89,7 +89,8 @@ def rollout_line(rollout: Rollout, *, charged: int, transcript: str) -> dict[str
             "program_hash": program_hash(team.code), "latency_s": round(rollout.latency_s, 3),
             "n_llm_calls": team.n_llm_calls, "n_tool_calls": team.n_tool_calls,
             "prompt_tokens": team.prompt_tokens, "completion_tokens": team.completion_tokens,
-            "error": team.error, "charged": charged, "transcript": transcript}
+            "n_calls_without_usage": team.n_calls_without_usage, "error": team.error,
+            "charged": charged, "transcript": transcript}
 
 
 def _grade_record(grade: Grade | None) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lcb.agents.models import ModelConfig
+from lcb.agents.usage import count, sum_usage
 from lcb.data.problems import Problem
 from lcb.grading import GradingPool
 from lcb.io import write_json
@@ -45,7 +46,7 @@ from lcb.optimize.recorder import CHECKPOINT_FILE
 from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
 from lcb.optimize.teamrun import TeamCell, TeamRunner
 from lcb.runs.rundir import now_iso
-from lcb.teams import TeamRuntime
+from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
 LEDGER_FILE = "ledger.json"
@@ -109,7 +110,8 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
     ledger = BudgetLedger(budget)
     calls = ModelCalls(reflection=reflection, task=team.runtime.config, ledger=ledger,
                        optimizer_seed=job.optimizer_seed, journal=CallJournal(job.out),
-                       cache=team.runtime.cache)
+                       cache=team.runtime.cache,
+                       slots={team.runtime.config.base_urls: team.runtime.gateway.slots})
     ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, ledger=ledger,
                      optimizer_seed=job.optimizer_seed, runner=team, calls=calls,
                      job_dir=job.out)
@@ -202,9 +204,10 @@ def _scores(bundle: Mapping[str, str], records: Mapping[str, Mapping[str, Any]])
     return ScoreSummary(bundle_hash=bundle_hash(bundle), n=n, passed=passed)
 
 
-def _usage(records: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    keys = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls")
-    return {key: sum(int(r.get(key) or 0) for r in records.values()) for key in keys}
+def _usage(records: Mapping[str, Mapping[str, Any]]) -> dict[str, int | None]:
+    """Tokens and calls over an evaluation's records (`lcb.agents.usage`'s rule)."""
+    return {**sum_usage(records.values()),
+            "n_tool_calls": sum(count(r.get("n_tool_calls")) for r in records.values())}
 
 
 def summary(out: Path, spec: JobSpec, *, ran: list[str]) -> dict[str, Any]:

@@ -91,8 +91,8 @@ class SeedScope:
     """The seed coordinates shared by every request of one rollout (one row through the team).
 
     A team asks `scope.request(role, turn)` for each of its model calls; `scope.rollout` is a
-    single seed for code that takes one seed per problem (`lcb.teams.solve(seed=...)`). A retry
-    after an infrastructure failure reuses the same scope, hence the same seeds.
+    single seed for code that takes one seed per problem (`lcb.teams.solving.solve(seed=...)`).
+    A retry after an infrastructure failure reuses the same scope, hence the same seeds.
     """
 
     optimizer_seed: int

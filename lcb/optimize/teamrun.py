@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from lcb.agents.usage import sum_usage
 from lcb.data.problems import Problem, Test
 from lcb.grading import Grade, GradingPool
 from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, Refused, infra_reason
@@ -42,11 +43,12 @@ from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.gradecache import GradeCache, GradeSettings
 from lcb.optimize.method import Rollout
 from lcb.optimize.outcomes import refusal_feedback
-from lcb.teams import TEAMS, TeamContext, TeamResult, TeamRuntime, solve_in
 from lcb.teams import single as single_team
+from lcb.teams.common import TeamContext, TeamResult, TeamRuntime
 from lcb.teams.formats import parse_format
 from lcb.teams.layouts import team_layout
 from lcb.teams.options import TeamOptions
+from lcb.teams.solving import TEAMS, solve_in
 
 TOPOLOGIES = tuple(TEAMS)
 DEFAULT_RUN_TIMEOUT_S = 1800.0
@@ -104,10 +106,12 @@ class Failed:
     tries: int
 
 
-def usage_of(result: TeamResult) -> dict[str, int]:
-    """The tokens and answered calls of one team run (what `InfraFailure.usage` carries)."""
+def usage_of(result: TeamResult) -> dict[str, int | None]:
+    """The tokens and answered calls of one team run (what `InfraFailure.usage` carries), with
+    the calls whose server reported no usage (`lcb.agents.usage`)."""
     return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "n_llm_calls": result.n_llm_calls}
+            "n_llm_calls": result.n_llm_calls,
+            "n_calls_without_usage": result.n_calls_without_usage}
 
 
 def refusal_of(outcome: Rollout | Failed) -> str | None:
@@ -288,6 +292,5 @@ class TeamRunner:
         return Failed(problem.id, seed, str(failure), 1 + INFRA_RETRIES)
 
 
-def _add_usage(into: dict[str, int], usage: Mapping[str, int]) -> None:
-    for key, value in usage.items():
-        into[key] = into.get(key, 0) + int(value)
+def _add_usage(into: dict[str, int | None], usage: Mapping[str, int | None]) -> None:
+    into.update(sum_usage([into, usage]))

@@ -3,7 +3,8 @@
 Contract of `build(sources, title=..., baseline=...)`:
 - `conditions`: per run or results file, in the order found: `label`, `provenance`, `scores`
   and `health` (`lcb.report.metrics`), and `pareto` (true when no other condition has at most
-  its tokens per sample and at least its pass@1, the per-problem mean, one of them strictly).
+  its tokens per sample and at least its pass@1, the per-problem mean, one of them strictly;
+  None, and compared with none, when its tokens per sample are unknown).
 - `baseline`: the label flips compare against: the condition at `baseline` (a path, matched
   against each condition's folder or file), else the first `single` run, else the first
   condition. `flips`: `pairs` (`lcb.report.flips.pair` of the baseline and each other
@@ -61,13 +62,14 @@ def choose_baseline(conditions: list[Condition], path: Path | None) -> Condition
 
 
 def _pareto(rows: list[dict[str, Any]]) -> None:
+    known = [row for row in rows if row["scores"]["tokens_per_sample"] is not None]
     for row in rows:
         cost, gain = row["scores"]["tokens_per_sample"], row["scores"]["em"]
-        row["pareto"] = not any(
+        row["pareto"] = None if cost is None else not any(
             o is not row and o["scores"]["tokens_per_sample"] <= cost
             and o["scores"]["em"] >= gain
             and (o["scores"]["tokens_per_sample"] < cost or o["scores"]["em"] > gain)
-            for o in rows)
+            for o in known)
 
 
 def _teams(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

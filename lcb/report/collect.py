@@ -35,7 +35,6 @@ from typing import Any, Literal
 from lcb.optimize.aggregate import FinishedJob, find_jobs
 from lcb.optimize.artifacts import Artifact, ArtifactError
 from lcb.registry import TOPOLOGIES  # runs in the order teams are introduced
-from lcb.runs.outcomes import transcript_path
 from lcb.runs.records import RecordsError, read_readable, read_records
 from lcb.runs.rundir import PREDICTIONS, RunPaths, read_transcript
 from lcb.runs.scoring import summary_path
@@ -71,7 +70,7 @@ class Condition:
         if self.kind != "run":
             return None
         paths = RunPaths(predictions=self.path / PREDICTIONS, out_dir=self.path)
-        where = transcript_path(paths, problem_id, sample)
+        where = paths.transcript(problem_id, sample)
         if where is None or not where.exists():
             return None
         try:

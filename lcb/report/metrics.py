@@ -15,9 +15,11 @@ Contract:
   the rates the runs table shows: `extracted_rate` (programs with code / programs), `tokens`
   (prompt + completion), `tokens_per_problem` (tokens / problems: every sample of a problem),
   `tokens_per_sample` (tokens / programs), `tokens_per_solved_sample` (tokens / programs that
-  passed; None when nothing passed), `wall_s` (the run's wall time over all sessions, from
-  summary.json; a results file: the grading time it records, else None) and `by_month`
-  (pass@1 per contest month).
+  passed; None when nothing passed), `tokens_unknown` (true when some model call's server
+  reported no usage: `n_calls_without_usage` > 0, `lcb.agents.usage`; then `tokens` is the
+  known sum, None when nothing is known, and the three ratios are None: unknown), `wall_s`
+  (the run's wall time over all sessions, from summary.json; a results file: the grading time
+  it records, else None) and `by_month` (pass@1 per contest month).
 - `health(condition)`: outcomes kept apart: `solved`, `wrong` (graded and failed), `no_code`
   (no program, no error), `infra_errors` (the record has an error: endpoint, crash, timeout,
   grading failure); `n_infra`: of those, the programs whose grading failed (verdict `infra`,
@@ -140,15 +142,27 @@ def scores(cond: Condition) -> dict[str, Any]:
     else:
         summary = _summarize_results(cond)
         wall = round(sum(float(r.get("wall_s") or 0) for r in records), 3) or None
-    tokens = summary["prompt_tokens"] + summary["completion_tokens"]
+    prompt, completion = summary["prompt_tokens"], summary["completion_tokens"]
+    tokens = None if prompt is None and completion is None else (prompt or 0) + (completion or 0)
+    unknown = bool(summary["n_calls_without_usage"])
     solved, n = summary["solved"], summary["n"]
     return {**summary,
             "extracted_rate": summary["n_extracted"] / n if n else 0.0,
-            "tokens": tokens,
-            "tokens_per_problem": tokens / summary["n_problems"] if summary["n_problems"] else 0,
-            "tokens_per_sample": tokens / n if n else 0,
-            "tokens_per_solved_sample": tokens / solved if solved else None,
+            "tokens": tokens, "tokens_unknown": unknown,
+            **_token_rates(None if unknown else tokens, problems=summary["n_problems"], n=n,
+                           solved=solved),
             "wall_s": wall, "by_month": _month_groups(records)}
+
+
+def _token_rates(tokens: int | None, *, problems: int, n: int, solved: int
+                 ) -> dict[str, float | None]:
+    """Tokens per problem, per sample and per solved sample; None when `tokens` is unknown."""
+    if tokens is None:
+        return dict.fromkeys(("tokens_per_problem", "tokens_per_sample",
+                              "tokens_per_solved_sample"))
+    return {"tokens_per_problem": tokens / problems if problems else 0,
+            "tokens_per_sample": tokens / n if n else 0,
+            "tokens_per_solved_sample": tokens / solved if solved else None}
 
 
 def _messages(cond: Condition) -> Iterable[dict[str, Any]]:

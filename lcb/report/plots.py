@@ -114,7 +114,9 @@ def teams(team_rows: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
 
 @styled
 def pareto(rows: list[dict[str, Any]]) -> str:
-    """pass@1 (the per-problem mean) against tokens per sample, the Pareto front joined."""
+    """pass@1 (the per-problem mean) against tokens per sample, the Pareto front joined; a
+    condition whose tokens are unknown has no point."""
+    rows = [row for row in rows if row["scores"]["tokens_per_sample"] is not None]
     if not rows:
         return ""
     fig, ax = _axes(4.2, 2.8)

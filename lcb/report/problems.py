@@ -8,7 +8,8 @@ Contract of `problem_page(problem_id, conditions, baseline=...)` (a dict the tem
   first valid line): `label`, `outcome` (`lcb.report.metrics.outcome`), `em`, `passed`/`total`,
   `verdicts`, `feedback` (the first failing test: input, expected, actual, error), `error`,
   `finish_reason`, `truncated`, `program`, `agents` (per agent id in order of first message:
-  role, LLM calls, prompt and completion tokens, latency and its messages: type, content, tool
+  role, LLM calls, prompt and completion tokens (None when no call of it reported usage, with
+  `n_calls_without_usage`: `lcb.agents.usage`), latency and its messages: type, content, tool
   calls with their arguments as JSON, tool results with name and status) and `diff`: the
   side-by-side line diff from the baseline's program to this one (`side_by_side`), None for
   the baseline itself or when either has no program.
@@ -22,6 +23,7 @@ from difflib import SequenceMatcher
 from itertools import zip_longest
 from typing import Any
 
+from lcb.agents.usage import sum_usage
 from lcb.report.collect import Condition
 from lcb.report.metrics import outcome
 from lcb.runs.rundir import transcript_name
@@ -72,18 +74,28 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
 def agents(transcript: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The transcript's messages by agent, with each agent's calls, tokens and latency."""
     by_agent: dict[str, dict[str, Any]] = {}
+    calls: dict[str, list[dict[str, Any]]] = {}
     for message in (transcript or {}).get("messages") or []:
         agent = by_agent.setdefault(str(message.get("source")), {
-            "agent": str(message.get("source")), "role": message.get("role"), "calls": 0,
-            "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "messages": []})
+            "agent": str(message.get("source")), "role": message.get("role"),
+            "latency_s": 0.0, "messages": []})
         if message.get("type") == "assistant":
-            usage = message.get("usage") or {}
-            agent["calls"] += 1
-            agent["prompt_tokens"] += int(usage.get("input_tokens") or 0)
-            agent["completion_tokens"] += int(usage.get("output_tokens") or 0)
+            calls.setdefault(agent["agent"], []).append(_call_usage(message.get("usage")))
             agent["latency_s"] += float((message.get("call") or {}).get("latency_s") or 0)
         agent["messages"].append(_message(message))
+    for name, agent in by_agent.items():
+        usage = sum_usage(calls.get(name, []))
+        agent.update(usage, calls=usage["n_llm_calls"])
     return list(by_agent.values())
+
+
+def _call_usage(usage: Any) -> dict[str, Any]:
+    """One answered call's usage as a part of `sum_usage`: a transcript keeps the message's
+    usage (LangChain's names), empty when the server reported none."""
+    if not isinstance(usage, dict) or not usage:
+        return {"n_llm_calls": 1, "n_calls_without_usage": 1}
+    return {"n_llm_calls": 1, "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens")}
 
 
 def _statement(transcripts: list[dict[str, Any] | None]) -> str | None:

@@ -1,10 +1,11 @@
 """Paper tables from `report.json`'s object: Markdown and LaTeX, one file per table.
 
 Contract of `tables(report)`: `{file name: text}` with `runs.md` / `runs.tex` (per condition:
-problems, pass@1 with its 95 % CI, extracted and truncation rates, tokens per problem, wall
-time), `grid.md` / `grid.tex` when the report holds optimizer groups (per group: method,
-dataset, topology, team size, message format, model, seeds, baseline, deployed, Δ mean ± std,
-CI, significant seeds after Holm, conformance) and `flips.md` / `flips.tex` when there is a
+problems, pass@1 with its 95 % CI, extracted and truncation rates, tokens per problem
+("unknown" when a server reported no usage), wall time), `grid.md` / `grid.tex` when the
+report holds optimizer groups (per group: method, dataset, topology, team size, message
+format, model, seeds, baseline, deployed, Δ mean ± std, CI, significant seeds after Holm,
+conformance) and `flips.md` / `flips.tex` when there is a
 baseline to compare with. Numbers are the report's, rounded for print: rates as percentages to
 one decimal. LaTeX cells are escaped (`latex`: the specials, and the non-ASCII signs the tables
 use, as commands pdflatex knows), Markdown cells escape `|`; the tables use booktabs rules.
@@ -61,6 +62,12 @@ def _render(header: list[str], rows: list[list[str]], caption: str) -> tuple[str
     return f"{caption}\n\n" + "\n".join(md) + "\n", "\n".join(tex) + "\n"
 
 
+def _tokens(scores: dict[str, Any]) -> str:
+    """Tokens per problem; "unknown" when a server reported no usage (`lcb.agents.usage`)."""
+    per_problem = scores["tokens_per_problem"]
+    return "unknown" if per_problem is None else f"{per_problem:.0f}"
+
+
 def _runs(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["condition", "problems", "pass@1 %", "95% CI", "extracted %", "truncated %",
               "tokens / problem", "wall s"]
@@ -70,7 +77,7 @@ def _runs(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ci = s["ci"]
         rows.append([c["label"], str(s["n_problems"]), _pct(s["em"]),
                      f"{_pct(ci['low'])}–{_pct(ci['high'])}", _pct(s["extracted_rate"]),
-                     _pct(s["truncation_rate"]), f"{s['tokens_per_problem']:.0f}",
+                     _pct(s["truncation_rate"]), _tokens(s),
                      "—" if s["wall_s"] is None else f"{s['wall_s']:.1f}"])
     return header, rows
 

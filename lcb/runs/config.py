@@ -17,7 +17,7 @@ from lcb.data.datasets import Selection
 if TYPE_CHECKING:
     from lcb.agents.models import ModelConfig
     from lcb.runs.rundir import RunPaths
-    from lcb.teams import TeamOptions
+    from lcb.teams.options import TeamOptions
 
 
 @dataclass(frozen=True)

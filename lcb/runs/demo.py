@@ -20,15 +20,17 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from lcb.agents.check import EndpointError, check_endpoint
 from lcb.agents.endpoints import redact_url
-from lcb.agents.models import EndpointError, ModelConfig, check_endpoint
+from lcb.agents.models import ModelConfig
 from lcb.data.datasets import Selection, load_problems
 from lcb.data.problems import Problem
 from lcb.data.samples import DEMO_IDS
 from lcb.grading import Grade, GradingPool
 from lcb.runs import scoring
 from lcb.runs.tables import print_summary
-from lcb.teams import TeamResult, TeamRuntime, solve
+from lcb.teams.common import TeamResult, TeamRuntime
+from lcb.teams.solving import solve
 
 
 def _test_table(grade: Grade) -> Table:

@@ -41,9 +41,9 @@ from lcb.registry import SINGLE
 from lcb.runs.checkout import git_state
 from lcb.runs.records import read_records
 from lcb.runs.rundir import OutputError, RunPaths, refuse_overwrite
-from lcb.teams import TeamOptions
 from lcb.teams.layouts import Topology
-from lcb.teams.multi import Team
+from lcb.teams.options import TeamOptions
+from lcb.teams.setup import Team
 
 if TYPE_CHECKING:
     from lcb.runs.config import RunConfig

@@ -4,14 +4,12 @@ Contract:
 - `sample_seed(seed, sample)` is the run seed of sample `sample` (0-based): `seed` itself for
   sample 0, so a one-sample batch sends exactly the request seeds it always sent; every later
   sample gets a 31-bit seed derived from (seed, sample) by a hash that is the same in every
-  process (`lcb.agents.llm.request_seed`), so its requests carry seeds of their own and a rerun
+  process (`lcb.agents.seeds.request_seed`), so its requests carry seeds of their own and a rerun
   repeats them. Records keep the batch's `seed` and name their `sample`.
 - `build_record` makes one program's record (`lcb.runs.records.Record`). The team's
   `fields["finish_reason"]`, `fields["truncated"]` and `fields["n_truncated_calls"]` (why the
   submitted answer's generation ended) become the record's own keys, defaulting to None, False
   and 0 when the team sets none; the other fields are carried as they are.
-- `transcript_path` puts sample 0's transcript where a one-sample batch always did
-  (`transcripts/<id>.json.gz`) and sample s > 0's in `transcripts/sample_<s>/`.
 - `write_summary` writes `summarize` over every record in the predictions file plus the run's
   context: topology, model, samples, n_selected, n_missing (selected problems with no record),
   n_skipped_rows, n_pending_at_start (programs still to run when this session started),
@@ -23,18 +21,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lcb.agents.llm import request_seed
+from lcb.agents.seeds import request_seed
 from lcb.data.datasets import Loaded
 from lcb.data.problems import Problem
 from lcb.grading import Grade
 from lcb.io import write_json
 from lcb.runs.config import RunConfig
 from lcb.runs.records import Record, read_records, record_key, summarize
-from lcb.runs.rundir import RunPaths, now_iso
-from lcb.teams import TeamResult
+from lcb.runs.rundir import now_iso
+
+if TYPE_CHECKING:  # a result is only read here: records load without the model stack
+    from lcb.teams.common import TeamResult
 
 ENDING_KEYS = ("finish_reason", "truncated", "n_truncated_calls")
 
@@ -82,16 +81,9 @@ def build_record(problem: Problem, result: TeamResult, grade: Grade | None, *,
         sample=sample, finish_reason=result.fields.get("finish_reason"),
         truncated=bool(result.fields.get("truncated", False)),
         n_truncated_calls=int(result.fields.get("n_truncated_calls") or 0),
+        n_calls_without_usage=result.n_calls_without_usage,
         generation=config.model.generation(), fields=fields,
     )
-
-
-def transcript_path(paths: RunPaths, problem_id: str, sample: int) -> Path | None:
-    """Where a sample's transcript goes (None without an output directory)."""
-    path = paths.transcript(problem_id)
-    if path is None or sample == 0:
-        return path
-    return path.parent / f"sample_{sample}" / path.name
 
 
 def transcript(record: Record, result: TeamResult) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 `start_banner(...)` is the text a batch prints once before its first model call (team, model
 and endpoint, data, how many problems and samples, where the files go). `BatchProgress` shows
-done/total, running pass@1, errors and tokens: a rich progress bar when stderr is a terminal;
-otherwise (a log file, `nohup`) a plain line at once, then one whenever both `interval_s`
-seconds (10) and `step_fraction` of the total (5 %) have passed since the last line, and one at
-the end: a log shows life at the start, and a 10-hour batch stays readable. The end-of-run
+done/total, running pass@1, errors and tokens (unknown when no server reported usage: see
+`lcb.agents.usage`): a rich progress bar when stderr is a terminal; otherwise (a log file,
+`nohup`) a plain line at once, then one whenever both `interval_s` seconds (10) and
+`step_fraction` of the total (5 %) have passed since the last line, and one at the end: a log
+shows life at the start, and a 10-hour batch stays readable. The end-of-run
 table is `lcb.runs.tables`.
 """
 
@@ -26,6 +27,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, sum_usage, tokens_text
 
 
 def _tokens(count: int) -> str:
@@ -60,7 +63,8 @@ class BatchProgress:
         self.step = max(1, math.ceil(step_fraction * total))
         self.stream = stream if stream is not None else sys.stderr
         self.plain = (not self.stream.isatty()) if plain is None else plain
-        self.done = self.solved = self.errors = self.tokens = 0
+        self.done = self.solved = self.errors = 0
+        self.usage = sum_usage([])  # tokens and calls so far, unknown ones apart
         self._started = time.monotonic()
         self._last_line = self._started
         self._done_at_line = 0
@@ -89,7 +93,11 @@ class BatchProgress:
 
     def _stats(self) -> str:
         rate = self.solved / self.done if self.done else 0.0
-        return f"pass@1 {rate:.3f}  errors {self.errors}  tokens {_tokens(self.tokens)}"
+        prompt, completion = (self.usage[key] for key in TOKEN_KEYS)
+        total = None if prompt is None and completion is None else (prompt or 0) + (
+            completion or 0)
+        tokens = tokens_text(total, self.usage[WITHOUT_USAGE] or 0, shown=_tokens)
+        return f"pass@1 {rate:.3f}  errors {self.errors}  tokens {tokens}"
 
     def _line(self) -> None:
         elapsed = time.monotonic() - self._started
@@ -103,8 +111,7 @@ class BatchProgress:
         self.done += 1
         self.solved += int(record.get("em") or 0)
         self.errors += 1 if record.get("error") else 0
-        self.tokens += int(record.get("prompt_tokens") or 0)
-        self.tokens += int(record.get("completion_tokens") or 0)
+        self.usage = sum_usage([self.usage, record])
 
     def update(self, record: Mapping[str, Any]) -> None:
         """Count one finished problem's record and report progress."""

@@ -42,6 +42,10 @@ hold every key of `SUMMARY_KEYS`, with these meanings):
   Only well-formed values count: a whole number from 0 to 2**63 - 1 (a count), a finite number
   of at least 0 (`latency_s`); anything else a row holds there (a string, `1e400`, NaN, a
   negative number: `lcb score` carries its input's fields) counts 0.
+- `n_calls_without_usage`: answered model calls whose server reported no usage (0 for a row
+  without the key: a record written before it existed). The token totals follow
+  `lcb.agents.usage`'s rule (`sum_usage`): the known sums, None when every call is unknown.
+  A record's own `prompt_tokens` / `completion_tokens` follow it too, over its team's calls.
 Commands add their own context: `lcb run` (see `lcb.runs.runner`) and `lcb score` (see
 `lcb.runs.scoring`) both add `n_selected` (problems selected) and `n_missing` (selected problems
 with no program at all).
@@ -56,6 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lcb.agents.usage import count, sum_usage
 from lcb.data.datasets import DIFFICULTIES
 from lcb.io import BadJson, json_text, loads
 from lcb.stats import bootstrap_ci, counts, pass_at_k, problem_rates
@@ -81,8 +86,8 @@ class Record:
     platform: str
     contest_date: str
     latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None  # None: no call's server reported usage (lcb.agents.usage)
+    completion_tokens: int | None
     n_llm_calls: int
     n_tool_calls: int
     error: str | None
@@ -97,6 +102,7 @@ class Record:
     finish_reason: str | None = None
     truncated: bool = False
     n_truncated_calls: int = 0
+    n_calls_without_usage: int = 0
     generation: dict[str, Any] = field(default_factory=dict)  # `ModelConfig.generation()`
     fields: dict[str, Any] = field(default_factory=dict)
 
@@ -223,9 +229,10 @@ SUMMARY_KEYS = (
     "n", "n_problems", "samples_per_problem", "n_extracted", "n_errors", "n_infra", "solved",
     "em", "em_graded", "extracted_solved", "extracted_em", "pass_at_k", "ci", "n_truncated",
     "truncation_rate", "by_difficulty", "by_platform", "prompt_tokens", "completion_tokens",
-    "n_llm_calls", "n_tool_calls", "latency_s",
+    "n_llm_calls", "n_tool_calls", "n_calls_without_usage", "latency_s",
 )
-TOTAL_KEYS = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls")
+TOTAL_KEYS = ("prompt_tokens", "completion_tokens", "n_llm_calls", "n_tool_calls",
+              "n_calls_without_usage")
 
 
 def pass_at_1(outcomes: Iterable[tuple[str, int]]) -> float:
@@ -325,21 +332,10 @@ def summarize(records: Iterable[Mapping[str, Any]], *, unique: bool = True) -> d
         "by_difficulty": {name: _group(group)
                           for name, group in by_group(rows, "difficulty", DIFFICULTIES).items()},
         "by_platform": {name: _group(group) for name, group in by_group(rows, "platform").items()},
-        **{key: sum(_count(row.get(key)) for row in rows) for key in TOTAL_KEYS},
+        **sum_usage(rows),
+        "n_tool_calls": sum(count(row.get("n_tool_calls")) for row in rows),
         "latency_s": round(sum(_seconds(row.get("latency_s")) for row in rows), 3),
     }
-
-
-_MAX_COUNT = 2**63 - 1  # a larger "count" is not one (and would not read back as JSON)
-
-
-def _count(value: Any) -> int:
-    """A well-formed count (a whole number in 0.._MAX_COUNT, int or float), else 0."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT:
-        return value
-    return 0
 
 
 def _seconds(value: Any) -> float:

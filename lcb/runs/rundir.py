@@ -42,7 +42,7 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _HASHED = re.compile(r".*-[0-9a-f]{12}")  # ends like a hashed name: such an id is hashed too
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
 _PREFIX_CHARS = 80
-_PACKAGES = ("langgraph", "langchain-openai", "langchain-core", "pydantic")
+_PACKAGES = ("langgraph", "httpx", "aiohttp", "langchain-core", "pydantic")
 
 
 class OutputError(ValueError):
@@ -82,11 +82,13 @@ class RunPaths:
     def transcripts(self) -> Path | None:
         return self.out_dir / "transcripts" if self.out_dir else None
 
-    def transcript(self, problem_id: str) -> Path | None:
-        """The transcript file of one problem (see `transcript_name`)."""
+    def transcript(self, problem_id: str, sample: int = 0) -> Path | None:
+        """The transcript file of one problem's sample (see `transcript_name`): sample 0's
+        where a one-sample batch always put it, sample k's in `sample_<k>/` beside it."""
         if self.transcripts is None:
             return None
-        return self.transcripts / transcript_name(problem_id)
+        folder = self.transcripts if sample == 0 else self.transcripts / f"sample_{sample}"
+        return folder / transcript_name(problem_id)
 
 
 def transcript_name(problem_id: str) -> str:

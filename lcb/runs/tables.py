@@ -6,8 +6,8 @@ of truncated answers next to it, plus a problems column when there are several s
 problem. When grading failed on some programs (`n_infra`, verdict `infra`), a row "graded
 (infra left out)" gives pass@1 over the others (`em_graded`) below "all", which counts them as
 failures as LiveCodeBench would. `estimate_line` says pass@k, the bootstrap interval, the
-truncation rate and the infra count in words; `totals_line` the errors, tokens, calls and wall
-time. `print_summary` prints all three.
+truncation rate and the infra count in words; `totals_line` the errors, tokens ("unknown"
+where no server reported usage), calls and wall time. `print_summary` prints all three.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from lcb.agents.usage import tokens_text
 
 
 def _share(part: int, whole: int) -> str:
@@ -67,11 +69,14 @@ def estimate_line(summary: Mapping[str, Any]) -> str:
 
 
 def totals_line(summary: Mapping[str, Any]) -> str:
-    """Errors, tokens, calls and wall time (all sessions too, after a resume)."""
+    """Errors, tokens, calls and wall time (all sessions too, after a resume). Tokens no
+    server reported are "unknown" (`lcb.agents.usage.tokens_text`), never 0."""
+    without = summary.get("n_calls_without_usage") or 0
     totals = [f"errors {summary.get('n_errors', 0)}",
-              f"prompt tokens {summary.get('prompt_tokens', 0):,}",
-              f"completion tokens {summary.get('completion_tokens', 0):,}",
+              f"prompt tokens {tokens_text(summary.get('prompt_tokens', 0), without)}",
+              f"completion tokens {tokens_text(summary.get('completion_tokens', 0), without)}",
               f"LLM calls {summary.get('n_llm_calls', 0):,}",
+              *([f"calls without usage {without:,}"] if without else []),
               f"tool calls {summary.get('n_tool_calls', 0):,}"]
     if "wall_s" in summary:
         totals.append(f"wall time {summary['wall_s']:.1f}s")

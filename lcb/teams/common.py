@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import BaseTool
 
@@ -47,13 +46,15 @@ ErrorKind = Literal["bad_request"]
 @dataclass
 class TeamResult:
     """The outcome of one team run. `error` marks a per-problem failure (em 0 in the record);
-    `error_kind` / `server_message` say when the server refused the request (module doc)."""
+    `error_kind` / `server_message` say when the server refused the request (module doc).
+    Token totals follow `lcb.agents.usage`'s rule: None when every answered call reported no
+    usage, and `n_calls_without_usage` counts those calls."""
 
     code: str | None
     final_text: str
     transcript: list[dict]
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
     n_llm_calls: int
     n_tool_calls: int
     usage_by_role: dict[str, dict]
@@ -61,6 +62,7 @@ class TeamResult:
     error: str | None = None
     error_kind: ErrorKind | None = None
     server_message: str | None = None
+    n_calls_without_usage: int = 0
 
     @classmethod
     def failed(cls, error: str) -> TeamResult:
@@ -109,7 +111,7 @@ def ending_fields(transcript: Sequence[dict], code: str | None, final_text: str,
 class TeamRuntime:
     """Shared by every problem of a batch, within one event loop (`aclose()` it there).
 
-    `python_exec` and `chat_model` replace the defaults (tests); `exec_workers` caps concurrent
+    `python_exec` replaces the default (tests); `exec_workers` caps concurrent
     code runs (never above the CPU count); `sandbox` is the tier `python_exec` runs in (the
     run's `--sandbox`, as for grading). `cache` (a `lcb.agents.cache.ResponseCache`, closed by
     `aclose`) answers stored calls; `purpose` names this runtime's calls in its keys (batch,
@@ -121,14 +123,13 @@ class TeamRuntime:
         *,
         exec_workers: int | None = None,
         python_exec: BaseTool | None = None,
-        chat_model: BaseChatModel | None = None,
         sandbox: str = "process",
         cache: ResponseCache | None = None,
         purpose: str = "batch",
     ):
         cores = os.cpu_count() or 1
         self.config, self.cache = config, cache
-        self.gateway = ModelGateway(config, chat_model=chat_model, cache=cache, purpose=purpose)
+        self.gateway = ModelGateway(config, cache=cache, purpose=purpose)
         self._own_tool = python_exec is None
         workers = min(exec_workers or cores, cores)
         self.python_exec = python_exec or make_python_exec(workers=workers, sandbox=sandbox)
@@ -206,16 +207,18 @@ class TeamContext:
         """A `TeamResult` whose usage fields come from this run's ledger (and, for a failed
         run, the kind of failure from its failed model calls)."""
         total = self.ledger.total()
+        shown = total.to_record()  # tokens: None when no call reported usage
         refused = bool(error) and bool(self.call_errors) and all(
             err.bad_request for err in self.call_errors)
         return TeamResult(
             code=code,
             final_text=final_text,
             transcript=transcript,
-            prompt_tokens=total.prompt_tokens,
-            completion_tokens=total.completion_tokens,
+            prompt_tokens=shown["prompt_tokens"],
+            completion_tokens=shown["completion_tokens"],
             n_llm_calls=total.n_llm_calls,
             n_tool_calls=total.n_tool_calls,
+            n_calls_without_usage=total.n_calls_without_usage,
             usage_by_role=self.ledger.by_role(),
             fields={**(fields or {}),
                     **ending_fields(transcript, code, final_text, self.ledger)},

@@ -14,8 +14,6 @@ Contract:
 - Compliance is measured on each step's final message as the agent wrote it; steps that ended
   in an error or at the turn cap sent no message and are not counted.
 - `abstain` is the result of a team with no active agent: no model call, no program, no error.
-- `Team.resolve` raises ValueError (a configuration error) for a bundle role the topology does
-  not have (`lcb.agents.prompts.SEED_ROLES`), an unknown agent id in the mask, or a bad team size.
 - `graph_team(...)` makes a topology's run function from its graph builder and conclusion.
 """
 
@@ -30,12 +28,14 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.tools import BaseTool
 from langgraph.graph import StateGraph
 
-from lcb.agents.prompts import SEED_ROLES, with_contract
+from lcb.agents.prompts import with_contract
+from lcb.agents.usage import WITHOUT_USAGE, Usage
 from lcb.teams.agent import AgentRun, run_agent
 from lcb.teams.common import DEFAULT_MAX_TURNS, AgentSpec, TeamContext, TeamResult
 from lcb.teams.formats import compliance, with_format
-from lcb.teams.layouts import Agent, Layout, team_layout
+from lcb.teams.layouts import Agent
 from lcb.teams.options import TeamOptions
+from lcb.teams.setup import Team
 from lcb.teams.vote import VoteResult
 
 
@@ -49,28 +49,6 @@ class Step:
 
 class TeamState(TypedDict):
     steps: Annotated[list[Step], operator.add]
-
-
-@dataclass(frozen=True)
-class Team:
-    """One team run's setup: the layout at its size, the active agents, the options."""
-
-    layout: Layout
-    active: tuple[Agent, ...]
-    options: TeamOptions
-
-    @classmethod
-    def resolve(cls, topology: str, options: TeamOptions | None,
-                bundle: Mapping[str, str] | None = None) -> Team:
-        """The team `options` describe; ValueError for a bundle role the topology lacks."""
-        unknown = sorted(set(bundle or {}) - set(SEED_ROLES.get(topology, ())))
-        if unknown:
-            known = ", ".join(SEED_ROLES.get(topology, ()))
-            raise ValueError(f"prompt bundle has role(s) {unknown} that the {topology} team "
-                             f"does not have; its roles: {known}")
-        options = options or TeamOptions()
-        layout = team_layout(topology, options.size_for(topology))
-        return cls(layout, layout.active(options.active), options)
 
 
 def role_text(ctx: TeamContext, role: str, bundle: Mapping[str, str] | None) -> str:
@@ -136,16 +114,15 @@ def compliance_record(steps: Sequence[Step], team: Team) -> dict[str, Any]:
     return {"messages": len(checks), "compliant": sum(checks), "share": share}
 
 
-def usage_by_agent(ctx: TeamContext) -> dict[str, dict[str, int]]:
-    """Model calls and tokens per agent id (from this run's call records)."""
-    usage: dict[str, dict[str, int]] = {}
+def usage_by_agent(ctx: TeamContext) -> dict[str, dict[str, int | None]]:
+    """Model calls and tokens per agent id (from this run's call records; tokens by
+    `lcb.agents.usage`'s rule, with `n_calls_without_usage`)."""
+    usage: dict[str, Usage] = {}
     for call in ctx.ledger.calls:
-        entry = usage.setdefault(call.tag.agent, dict.fromkeys(
-            ("prompt_tokens", "completion_tokens", "n_llm_calls"), 0))
-        entry["prompt_tokens"] += call.prompt_tokens
-        entry["completion_tokens"] += call.completion_tokens
-        entry["n_llm_calls"] += int(call.error is None)
-    return usage
+        usage[call.tag.agent] = usage.get(call.tag.agent, Usage()) + Usage.of_call(call)
+    keys = ("prompt_tokens", "completion_tokens", "n_llm_calls", WITHOUT_USAGE)
+    return {agent: {key: total.to_record()[key] for key in keys}
+            for agent, total in usage.items()}
 
 
 def transcript(steps: Sequence[Step], *, step_key: str) -> list[dict[str, Any]]:

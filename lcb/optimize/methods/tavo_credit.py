@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lcb.agents.usage import WITHOUT_USAGE
 from lcb.data.problems import Problem
 from lcb.optimize.graph import STEP_KEYS, invocations
 from lcb.optimize.method import Bundle, Rollout, Uncharged
@@ -159,8 +160,8 @@ class Credit:
         mine = [e for e in transcript if e.get("source") == agent]
         said = "\n".join(tp.render_entry(e, clip_chars=s.clip_chars) for e in mine
                          if e.get("type") == "assistant")
-        usage = dict(rollout.team.fields.get("usage_by_agent", {}).get(agent, {}))
-        usage["tool_calls"] = sum(len(e.get("tool_calls") or ()) for e in mine)
+        counted = rollout.team.fields.get("usage_by_agent", {}).get(agent, {})
+        tool_calls = sum(len(e.get("tool_calls") or ()) for e in mine)
         return tp.agent_prompt(
             topology=self.ctx.topology, agent=agent, role=role,
             task=clip(problem.statement, s.context_chars),
@@ -170,7 +171,7 @@ class Credit:
             prompt=self.chain.get(role, ""),
             asked=clip(tp.asked_of(transcript, agent), s.context_chars) or "(nothing)",
             said=clip(said, s.context_chars) or "(nothing)",
-            usage=", ".join(f"{k} {v}" for k, v in sorted(usage.items())))
+            usage=usage_text(counted, tool_calls=tool_calls))
 
     async def _merge(self, role: str, sources: list[tuple[str, tp.Edits]]) -> tp.Edits:
         s = self.settings
@@ -222,3 +223,17 @@ def _credit_note(task: str, agent: str, role: str, credit: tp.AgentCredit | None
         return {**note, "unusable": True}
     return {**note, "score": credit.score, "analysis": clip(credit.causal_analysis, 240),
             "edits": {k: [clip(item, 120) for item in v] for k, v in credit.edits.items() if v}}
+
+
+def usage_text(counted: Mapping[str, Any], *, tool_calls: int) -> str:
+    """An agent's usage as its prompt states it: `key value` pairs in key order. Tokens no
+    server reported are "unknown" (`lcb.agents.usage`); a count of 0 calls without usage is
+    left out, so a prompt over reported usage reads (and replays from the journal) as before.
+
+    >>> usage_text({"prompt_tokens": None, "n_calls_without_usage": 1}, tool_calls=0)
+    'n_calls_without_usage 1, prompt_tokens unknown, tool_calls 0'
+    """
+    usage = {key: "unknown" if value is None else value for key, value in counted.items()
+             if value or key != WITHOUT_USAGE}
+    usage["tool_calls"] = tool_calls
+    return ", ".join(f"{key} {value}" for key, value in sorted(usage.items()))

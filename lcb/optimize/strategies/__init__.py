@@ -6,6 +6,6 @@
   (`pair`, `strictly_better`, `scores_of`).
 
 Each is a small pure module (no context, no I/O), tested with exact expectations in
-`tests/test_strategies.py`. A method that switches to one keeps its behaviour: the samplers
+`tests/optimize/test_strategies.py`. A method that switches to one keeps its behaviour: the samplers
 consume the RNG exactly as the Python calls they name do, so a seed draws the same rows.
 """
