@@ -545,22 +545,24 @@ print(outside, os.path.basename(os.getcwd()).startswith("lcb-prog-"))
 """
 
 
-def _without_root_layers():
+def _without_root_layers(temp: str):
     import lcb.sandbox.slot as slot
 
     slot.can_switch_uid = lambda: False
-    before = {n for n in os.listdir("/tmp") if n.startswith("lcb-prog-")}
+    # The pool's work dirs go to a temp dir of this test's own: in /tmp, those of another
+    # suite running beside this one would count as left behind.
+    os.environ["TMPDIR"] = temp
     with GradingPool(1) as pool:
         grades = [pool.grade_sync(stdin_problem(("", "[] True\n")), OWN_DIR_ONLY),
                   pool.grade_sync(SUM_STDIN, SUM_OK), pool.grade_sync(SUM_STDIN, SUM_WRONG)]
         isolation = dict(pool.isolation)
-    left = {n for n in os.listdir("/tmp") if n.startswith("lcb-prog-")} - before
+    left = {n for n in os.listdir(temp) if n.startswith("lcb-prog-")}
     return grades, isolation, left
 
 
 @pytest.mark.skipif(landlock.abi() < 1, reason="no Landlock")
-def test_without_root_layers_landlock_keeps_a_program_to_its_directory():
-    (probe, right, wrong), isolation, left = guarded(_without_root_layers)
+def test_without_root_layers_landlock_keeps_a_program_to_its_directory(tmp_path):
+    (probe, right, wrong), isolation, left = guarded(_without_root_layers, str(tmp_path))
     assert isolation["uid"] is None and not isolation["private_tmp"]
     assert probe.em == 1, probe.feedback
     assert (right.em, wrong.em) == (1, 0) and left == set()
