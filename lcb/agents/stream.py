@@ -1,10 +1,10 @@
 """Chat Completions over server-sent events, read lean: the path of every request to a server.
 
-Why aiohttp: a fast server streams about one token per chunk, so the client's cost per chunk
-is lcb's main CPU cost at scale. Through httpx a chunk climbs httpx, httpcore, anyio and h11;
-aiohttp parses HTTP in C and hands over what came since the last read. With the SSE parsing
-below, 128 streams of one-token chunks from `bench/scale.py`'s endpoint cost 63-67 µs of CPU
-a chunk on httpx, 16-24 µs on aiohttp (a quiet 2-core machine).
+Why aiohttp and orjson: a fast server streams about one token per chunk, so the client's cost
+per chunk is lcb's main CPU cost at scale. Through httpx a chunk climbs httpx, httpcore, anyio
+and h11; aiohttp parses HTTP in C and hands over what came since the last read, and orjson
+parses an event in a quarter of `json`'s time. `bench/scale.py` measures the whole batch path
+(docs/benchmarks.md).
 
 Contract:
 - `wire_messages(messages)` gives the LangChain messages lcb sends (system, human, AI with its
@@ -24,8 +24,9 @@ Contract:
   so the server stops generating; a response read to its end leaves its connection to the
   session's pool, for the next request (the body's end is awaited `_END_S` after `[DONE]`).
 - Failures: an HTTP status other than 200 raises `ServerError` (status, the server's error
-  object, the response for its `Retry-After`); so does an `error` event inside the stream (vLLM
-  reports a crash mid-generation so; its code, else 500). Transport failures raise aiohttp's
+  object, the response for its `Retry-After`); so does an error sent inside the stream: a
+  `data:` object with an `error` member (vLLM's crash report), llama.cpp's `error:` field, or
+  an `event: error` (its code, else 500). Transport failures raise aiohttp's
   own errors (a connection not made within the session's connect timeout:
   `aiohttp.ConnectionTimeoutError`). A 200 answered with a whole JSON completion (a server
   that does not stream) is read as one.
