@@ -244,45 +244,54 @@ def raw_request(port: int, method: str, path: str, body: dict | None = None):
     return sock
 
 
-def holding_script(started: threading.Event, release: threading.Event):
-    """A script whose first request holds its slot until `release` is set."""
-    def script(request: dict) -> str:
+class SlotHolder:
+    """A script whose request marked "hold" keeps its slot until `release` is set; `hold(server)`
+    sends that request from a thread and returns once the server is working on it."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, request: dict) -> str:
         if "hold" in json.dumps(request):
-            started.set()
-            assert release.wait(10), "the test never released the slot"
+            self.started.set()
+            assert self.release.wait(10), "the test never released the slot"
         return "done"
-    return script
+
+    def hold(self, server) -> int:
+        """Send the holding request; the server's port."""
+        self.thread = threading.Thread(target=post, args=(server.base_url, chat("hold")))
+        self.thread.start()
+        assert self.started.wait(10)
+        return int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+
+    def let_go(self) -> None:
+        self.release.set()
+        self.thread.join(10)
 
 
 def test_one_slot_queues_the_second_request_without_a_byte_then_serves_it():
-    started, release = threading.Event(), threading.Event()
-    with scripted_server(holding_script(started, release), slots=1) as server:
-        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
-        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
-        first.start()
-        assert started.wait(10)
+    holder = SlotHolder()
+    with scripted_server(holder, slots=1) as server:
+        port = holder.hold(server)
         queued = raw_request(port, "POST", "/v1/chat/completions", chat("next"))
         assert server.slots.wait_queued(1)
         queued.settimeout(0.2)
         with pytest.raises(TimeoutError):
             queued.recv(1)  # busy, not down: the connection is open and nothing comes
-        release.set()
+        holder.release.set()
         queued.settimeout(10)
         assert queued.recv(12).startswith(b"HTTP/1.1 200")
-        first.join(10)
+        holder.thread.join(10)
         queued.close()
     assert (server.peak_in_flight, server.slots.peak_queued, server.slots.served) == (2, 1, 2)
 
 
 @pytest.mark.parametrize("queue_models", [True, False])
 def test_models_wait_for_the_running_generation_unless_told_not_to(queue_models):
-    started, release = threading.Event(), threading.Event()
-    listing: list = []
-    with scripted_server(holding_script(started, release), slots=1, models=["m"],
-                         queue_models=queue_models) as server:
-        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
-        first.start()
-        assert started.wait(10)
+    holder, listing = SlotHolder(), []
+    with scripted_server(holder, slots=1, models=["m"], queue_models=queue_models) as server:
+        holder.hold(server)
         getter = threading.Thread(target=lambda: listing.append(
             urllib.request.urlopen(f"{server.base_url}/models", timeout=10).status))
         getter.start()
@@ -291,23 +300,18 @@ def test_models_wait_for_the_running_generation_unless_told_not_to(queue_models)
         else:
             getter.join(10)
             assert listing == [200] and server.slots.queued == 0
-        release.set()
+        holder.let_go()
         getter.join(10)
-        first.join(10)
     assert listing == [200]
 
 
 def test_a_queued_client_that_hangs_up_leaves_the_queue():
-    started, release = threading.Event(), threading.Event()
-    with scripted_server(holding_script(started, release), slots=1) as server:
-        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
-        first = threading.Thread(target=post, args=(server.base_url, chat("hold")))
-        first.start()
-        assert started.wait(10)
+    holder = SlotHolder()
+    with scripted_server(holder, slots=1) as server:
+        port = holder.hold(server)
         raw_request(port, "POST", "/v1/chat/completions", chat("gone")).close()
         assert server.wait_for_close(1)
-        release.set()
-        first.join(10)
+        holder.let_go()
         assert post(server.base_url, chat("after"))[0] == 200
     assert server.slots.served == 2 and server.slots.queued == 0
 

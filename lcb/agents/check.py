@@ -38,6 +38,7 @@ from lcb.agents.models import (
     ModelConfig,
     new_http_client,
     new_session,
+    proxy_for,
 )
 from lcb.agents.stream import Limits, request_body, stream_reply
 
@@ -181,7 +182,7 @@ async def _probe_completion(config: ModelConfig, session: aiohttp.ClientSession,
     limits = Limits(first_byte_s=config.queue_timeout_s, idle_s=config.timeout_s)
     try:
         await busy.wait(stream_reply(session, f"{config.base_url}/chat/completions", headers,
-                                     body, limits))
+                                     body, limits, proxy=proxy_for(config.base_url)))
     except QueueTimeout:
         raise _endpoint_error(config, f"the server took a 1-token completion but did not "
                               f"begin it in {config.queue_timeout_s:g} s (--queue-timeout)"

@@ -76,7 +76,7 @@ from lcb.agents.failures import (  # re-exported: the gateway's failures are par
     server_message,
     verdict_of,
 )
-from lcb.agents.models import ModelConfig, new_session
+from lcb.agents.models import ModelConfig, new_session, proxy_for
 from lcb.agents.seeds import request_seed
 from lcb.agents.stream import Limits, request_body, stream_reply
 from lcb.agents.usage import CallRecord, CallTag, UsageLedger
@@ -119,6 +119,7 @@ class ModelGateway:
         self._sleep = sleep
         self._rng = rng or random.Random(0)
         self._schemas: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self._proxies: dict[str, str | None] = {}  # endpoint URL -> its proxy (`proxy_for`)
 
     async def aclose(self) -> None:
         """Close the gateway's HTTP session (if a request made one)."""
@@ -225,8 +226,10 @@ class ModelGateway:
         body = request_body(self.config, messages, self._tool_schemas(tools), seed)
         if self._session is None:
             self._session = new_session(self.config)
+        if url not in self._proxies:  # the environment does not change: decided once
+            self._proxies[url] = proxy_for(url)
         streamed = await stream_reply(self._session, f"{url}/chat/completions", self._headers,
-                                      body, self._limits)
+                                      body, self._limits, proxy=self._proxies[url])
         if not streamed.finish_reason:
             raise StreamCut  # a stream that never said why it ended
         return streamed.message()

@@ -12,11 +12,11 @@ Contract:
   tools, seed)` the whole JSON body: model, messages, temperature, top_p,
   max_completion_tokens, seed, `stream` with usage, tools, and `models.extra_body(config)`
   (vLLM's extras, the thinking switch, `max_tokens`) at the top level.
-- `stream_reply(session, url, headers, body, limits)` sends one request on an aiohttp session
-  (`models.new_session`) and returns the `StreamedReply`. Per event it does little: the bytes
-  are split on blank lines (a CRLF split between two reads is one line break), each `data:`
-  payload is parsed once, content pieces are kept in a list, tool-call deltas joined by index;
-  the reply is put together once, at the end (`StreamedReply.message()`).
+- `stream_reply(session, url, headers, body, limits, proxy=)` sends one request on an aiohttp
+  session (`models.new_session`) and returns the `StreamedReply`. Per event it does little:
+  the bytes are split on blank lines (a CRLF split between two reads is one line break), each
+  `data:` payload is parsed once, content pieces are kept in a list, tool-call deltas joined
+  by index; the reply is put together once, at the end (`StreamedReply.message()`).
 - Two waits, two limits (`Limits`): until the first bytes of the body (the response head
   included) a request may wait `first_byte_s` (a request queued at a busy server has not gone
   silent: `QueueTimeout`); after them, each silence may last `idle_s` (`IdleTimeout`).
@@ -51,7 +51,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 
 from lcb.agents.failures import BadEvent, IdleTimeout, QueueTimeout, ServerError
-from lcb.agents.models import ModelConfig, extra_body, proxy_for
+from lcb.agents.models import ModelConfig, extra_body
 
 _DONE = b"[DONE]"
 _JSON = {"Content-Type": "application/json"}
@@ -71,6 +71,8 @@ def wire_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 
 def _wire(message: BaseMessage) -> dict[str, Any]:
+    # Not `convert_to_openai_messages`: it drops an AI message's invalid tool calls, whose
+    # error replies (tool messages naming them) a server would then refuse as unmatched.
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": message.content}
     if isinstance(message, HumanMessage):
@@ -188,16 +190,18 @@ def usage_metadata(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 async def stream_reply(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
-                       body: dict[str, Any], limits: Limits) -> StreamedReply:
-    """Send one request on `session` (`models.new_session`) and read its stream to the end
-    (module docstring)."""
+                       body: dict[str, Any], limits: Limits, *, proxy: str | None
+                       ) -> StreamedReply:
+    """Send one request on `session` (`models.new_session`), through `proxy` (the caller's
+    `models.proxy_for`, decided once per endpoint), and read its stream to the end (module
+    docstring)."""
     loop = asyncio.get_running_loop()
     reply = StreamedReply()
     data = orjson.dumps(body)
     try:
         async with asyncio.timeout_at(loop.time() + limits.first_byte_s) as guard:
             async with session.post(url, data=data, headers={**headers, **_JSON},
-                                    proxy=proxy_for(url)) as response:
+                                    proxy=proxy) as response:
                 try:
                     await _read(response, reply, guard, limits)
                 except BaseException:
