@@ -3,14 +3,14 @@
 Run from the repository root:
   .venv/bin/python bench/resume.py [--methods tavo hivemind maspob] [--pulls 100]
 
-Part 1, per method: its kill test's job (`tests/test_<method>.py`: the planted scenario on the
-sample set, every reply from the scripted server) runs to the end once, and once killed with
-`kill -9` after the kill test's number of charged rollouts. The killed folder is copied and both
-copies are rerun: one as the method does it (`ctx.restore(fast_forward=True)`), one forced to
-retrace (the checkpoint ignored: the method starts over and the journals answer every rollout
-and call made before the kill). For each the script prints the rerun's wall time, the model
-calls the server got, the rollouts charged, and whether `result.json`, the charged keys and the
-history equal the uninterrupted run's.
+Part 1, per method: its resume test's job (`tests/optimize/test_<method>*.py`: the planted
+scenario on the sample set, every reply from the scripted server) runs to the end once, and once
+killed with `kill -9` after the resume test's number of charged rollouts. The killed folder is
+copied and both copies are rerun: one as the method does it (`ctx.restore(fast_forward=True)`),
+one forced to retrace (the checkpoint ignored: the method starts over and the journals answer
+every rollout and call made before the kill). For each the script prints the rerun's wall time,
+the model calls the server got, the rollouts charged, and whether `result.json`, the charged
+keys and the history equal the uninterrupted run's.
 
 Part 2: the work a retrace redoes that no journal holds, for maspob: its surrogate refits at the
 default settings (`MaspobSettings()`: 800 epochs, patience 200, hidden 32) on four roles with

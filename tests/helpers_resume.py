@@ -1,4 +1,14 @@
-"""Kill -9 an optimizer job at a seeded random point of its optimize phase and rerun it.
+"""Stop an optimizer job in the middle of its optimize phase and rerun it: the rerun must end
+where an uninterrupted run ends.
+
+Two checks, one per depth:
+- `assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, method)`: in-process.
+  The job runs once to the end, then again with the rollout journal raising `Interrupted` (not an
+  `Exception`: nothing in lcb catches it) right after its k-th charged line, then a third time
+  on that folder. It checks a method's own save and restore (retrace or fast-forward) without
+  starting Python three times; the methods' test files use it.
+- `assert_resumes_to_whole(scripted, tmp_path, method)`: the real kill -9, described below; one
+  test per resume mechanism (retrace: gepa, fast-forward: tavo) runs it.
 
 `assert_resumes_to_whole(scripted, tmp_path, method)`: the real command
 (`python -m optimizers.protocol.run`) runs in subprocesses against the scripted server of the
@@ -11,6 +21,7 @@ see the same answers whatever the order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -22,9 +33,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lcb.optimize.job import run_job
+from lcb.optimize.journal import RolloutJournal
+from lcb.optimize.settings import parse_assignments
 from tests.helpers_agents import MODEL
 from tests.helpers_methods import FIX, REFLECTION_ENV
-from tests.helpers_optimize import TeamModel, sample_problems
+from tests.helpers_optimize import TeamModel, job_config, sample_problems
 from tests.helpers_planted import RESPONDERS, WRONG, PlantedModel, Responder
 
 
@@ -106,12 +120,74 @@ def assert_resumes_to_whole(scripted: Callable[..., Any], tmp_path: Path, method
     assert not (tmp_path / "killed" / "result.json").exists()
     resumed = run_to_end(argv("killed"), env)
 
-    def result(name: str) -> dict:
-        return json.loads((tmp_path / name / "result.json").read_text())
-
-    assert result("killed") == result("whole")
     assert resumed["charged"] == whole["charged"]
-    keys = [line["key"] for line in charged_lines(tmp_path / "killed")]
-    assert len(keys) == len(set(keys)) == total  # every rollout charged once
-    assert _history(tmp_path / "killed") == _history(tmp_path / "whole")
+    _assert_same_job(tmp_path / "killed", tmp_path / "whole", total)
     assert not server.script_errors, server.script_errors[0]
+
+
+class Interrupted(BaseException):
+    """The in-process stand-in for a kill: a BaseException, so no handler in lcb swallows it."""
+
+
+def _interrupt_after(monkeypatch: Any, rollouts: int) -> None:
+    """Make the rollout journal raise `Interrupted` once it holds `rollouts` charged lines; a
+    rollout finishing after that is never written (as after a kill)."""
+    append = RolloutJournal.append
+
+    def appending(journal: RolloutJournal, rollout: Any, *, charged: int) -> dict[str, Any]:
+        if len(journal) >= rollouts:
+            raise Interrupted(f"stopped after {rollouts} charged rollouts")
+        line = append(journal, rollout, charged=charged)
+        if len(journal) >= rollouts:
+            raise Interrupted(f"stopped after {rollouts} charged rollouts")
+        return line
+
+    monkeypatch.setattr(RolloutJournal, "append", appending)
+
+
+def assert_interrupted_resumes_to_whole(scripted: Callable[..., Any], tmp_path: Path,
+                                        monkeypatch: Any, method: str, *, budget: int = 30,
+                                        topology: str = "sequential", team_size: int = 2,
+                                        settings: Sequence[str] = (),
+                                        responders: Sequence[Responder] = (),
+                                        kill_at: int | None = None) -> None:
+    """The in-process check (module docstring) for `method` on the planted scenario, with the
+    same job as `assert_resumes_to_whole` (seed 1, concurrency 3, `settings` as `--set`)."""
+    for name in REFLECTION_ENV:
+        monkeypatch.delenv(name, raising=False)
+    team = TeamModel(sample_problems(), wrong=WRONG, fixed_by=FIX)
+    server = scripted(PlantedModel(team, [*responders, *RESPONDERS]))
+
+    def job(name: str) -> dict:
+        config = job_config(server.base_url, tmp_path / name, method=method, budget=budget,
+                            topology=topology, team_size=team_size, seed=1, concurrency=3,
+                            method_settings=parse_assignments(settings))
+        return asyncio.run(run_job(config))
+
+    whole = job("whole")
+    total = whole["charged"]
+    at = kill_at or random.Random(f"kill-{method}").randint(3, 9)
+    assert total >= 12 and at <= total - 3, (total, at)  # stopped somewhere in the middle
+    with monkeypatch.context() as patch:
+        _interrupt_after(patch, at)
+        try:
+            job("killed")
+        except Interrupted:
+            pass
+        else:
+            raise AssertionError(f"the job ended before its {at}th charged rollout")
+    assert len(charged_lines(tmp_path / "killed")) == at
+    assert not (tmp_path / "killed" / "result.json").exists()
+    resumed = job("killed")
+    assert resumed["charged"] == total
+    _assert_same_job(tmp_path / "killed", tmp_path / "whole", total)
+    assert not server.script_errors, server.script_errors[0]
+
+
+def _assert_same_job(resumed: Path, whole: Path, total: int) -> None:
+    """The resumed folder ends as the whole one: result.json, history, each key charged once."""
+    assert (json.loads((resumed / "result.json").read_text())
+            == json.loads((whole / "result.json").read_text()))
+    keys = [line["key"] for line in charged_lines(resumed)]
+    assert len(keys) == len(set(keys)) == total  # every rollout charged once
+    assert _history(resumed) == _history(whole)

@@ -40,7 +40,7 @@ from lcb.optimize.methods.shapley import (
 from lcb.optimize.settings import SettingsError
 from tests.helpers_methods import FIX, SEED, FakeContext, FakeData, make_problem
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
-from tests.helpers_resume import assert_resumes_to_whole
+from tests.helpers_resume import assert_interrupted_resumes_to_whole
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(180)
@@ -573,10 +573,9 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     assert_seed_kept(outcome)
 
 
-@pytest.mark.slow
-def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path) -> None:
-    # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the kill lands at
+def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path, monkeypatch) -> None:
+    # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the stop lands at
     # 21 charged, in cycle 2, so the rerun fast-forwards to cycle 1's checkpoint
-    assert_resumes_to_whole(scripted, tmp_path, "hivemind", budget=25, topology="sequential",
-                            settings=["batch_size=2"], responders=[lessons_responder],
-                            kill_at=21)
+    assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "hivemind", budget=25,
+                                        topology="sequential", settings=["batch_size=2"],
+                                        responders=[lessons_responder], kill_at=21)

@@ -55,7 +55,7 @@ from tests.helpers_methods import (
 )
 from tests.helpers_optimize import TeamModel, job_config, sample_problems, sample_splits
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
-from tests.helpers_resume import assert_resumes_to_whole
+from tests.helpers_resume import assert_interrupted_resumes_to_whole
 from tests.helpers_teams import fenced, role_of, solve_one
 from tests.scripted_server import (
     Reply,
@@ -595,9 +595,9 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_killed_job_resumes_to_the_uninterrupted_result(scripted, tmp_path):
-    assert_resumes_to_whole(scripted, tmp_path, "mamut_gepa", budget=PLANTED_BUDGET,
-                            responders=[team_responder])
+def test_an_interrupted_job_resumes_to_the_uninterrupted_result(scripted, tmp_path, monkeypatch):
+    assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "mamut_gepa",
+                                        budget=PLANTED_BUDGET, responders=[team_responder])
 
 
 @pytest.mark.parametrize(("budget", "scored"), [(105, 0), (106, 1)])

@@ -12,7 +12,7 @@ import pytest
 from lcb.optimize.artifacts import read_history
 from tests.helpers_mapro import mapro_responder
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
-from tests.helpers_resume import assert_resumes_to_whole
+from tests.helpers_resume import assert_interrupted_resumes_to_whole
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,8 +79,9 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_killed_job_resumes_to_the_same_result(scripted, tmp_path):
+def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path, monkeypatch):
     settings = [f"{key}={value}" for key, value in {**JOB, "train_rows": 6}.items()]
-    assert_resumes_to_whole(scripted, tmp_path, "mapro", budget=18,  # 12 charged: two passes
-                            topology="sequential", settings=settings,
-                            responders=[mapro_responder])
+    assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "mapro",
+                                        budget=18,  # 12 charged: two passes
+                                        topology="sequential", settings=settings,
+                                        responders=[mapro_responder])

@@ -15,7 +15,7 @@ from lcb.optimize.teamrun import TeamCell
 from tests.helpers_maspo import PLANTED_BUDGET, SMALL, maspo_responder
 from tests.helpers_methods import FIX
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
-from tests.helpers_resume import assert_resumes_to_whole
+from tests.helpers_resume import assert_interrupted_resumes_to_whole
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 pytestmark = pytest.mark.timeout(200)
@@ -103,7 +103,9 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
 
 
 @pytest.mark.slow
-def test_kill_and_rerun_reaches_the_same_result(scripted, tmp_path) -> None:
-    assert_resumes_to_whole(scripted, tmp_path, "maspo", budget=15, topology="sequential",
-                            settings=["minibatch=3", "steps_per_turn=1", "max_depth=1"],
-                            responders=[maspo_responder])
+def test_an_interrupted_job_reaches_the_same_result(scripted, tmp_path, monkeypatch) -> None:
+    assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "maspo", budget=15,
+                                        topology="sequential",
+                                        settings=["minibatch=3", "steps_per_turn=1",
+                                                  "max_depth=1"],
+                                        responders=[maspo_responder])

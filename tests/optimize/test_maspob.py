@@ -32,7 +32,7 @@ from lcb.optimize.methods.maspob_pool import (
 from lcb.optimize.settings import SettingsError
 from tests.helpers_methods import FIX, KEYWORD, FakeContext, fake_context
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
-from tests.helpers_resume import assert_resumes_to_whole
+from tests.helpers_resume import assert_interrupted_resumes_to_whole
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 if importlib.util.find_spec("torch") is not None:  # the `maspob` extra
@@ -440,10 +440,11 @@ def test_a_job_end_to_end(scripted, tmp_path, monkeypatch, hashing, topology):
 
 @pytest.mark.slow
 @needs_torch
-def test_a_killed_job_with_the_gate_resumes_to_the_same_result(scripted, tmp_path, hashing):
-    # killed after 7 charged rollouts (helpers_resume's draw for "maspob"): in pull 3; the
-    # rerun finishes it from the journal, then the gate (one resume test: ~25 s)
-    assert_resumes_to_whole(scripted, tmp_path, "maspob", budget=KILL_BUDGET,
-                            topology="centralized",
-                            settings=[f"{k}={v}" for k, v in SMALL.items()],
-                            responders=[maspob_responder])
+def test_an_interrupted_job_with_the_gate_resumes_to_the_same_result(scripted, tmp_path,
+                                                                      monkeypatch, hashing):
+    # stopped after 7 charged rollouts (helpers_resume's draw for "maspob"): in pull 3; the
+    # rerun fast-forwards, finishes it from the journal, then the gate
+    assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "maspob",
+                                        budget=KILL_BUDGET, topology="centralized",
+                                        settings=[f"{k}={v}" for k, v in SMALL.items()],
+                                        responders=[maspob_responder])

@@ -30,7 +30,9 @@ reaches the job's event loop through a `LoopBridge`):
   Any exception while proposing (a `ReflectionError` above all) is kept in `fatal` and raised
   again on a later proposal (gepa would retry a failed reflection and go on); the method's
   stopper then ends the run and the method re-raises it. So is an exception from a rollout
-  (`Misconfigured`, a team crash).
+  (`Misconfigured`, a team crash) and an interrupt reaching gepa's thread through a rollout or a
+  reflection (Ctrl-C, a cancelled job): kept in `fatal`, the iteration it cut writes no
+  checkpoint, so the rerun retraces it instead of refusing a checkpoint it cannot reach.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ class LcbAdapter:
         try:
             rollouts = self.bridge.run(
                 self.ctx.rollouts(dict(candidate), distinct, iteration=self.iteration))
-        except Exception as exc:  # a misconfigured endpoint, a team crash: the run ends
+        except BaseException as exc:  # a misconfigured endpoint, a crash, an interrupt: it ends
             self.fatal = self.fatal or exc
             raise
         by_id = dict(zip((p.id for p in distinct), rollouts, strict=True))
@@ -201,8 +203,8 @@ class LcbAdapter:
                     text = self._propose_one(candidate, role, records)
                     if text is not None:
                         new_texts[role] = text
-        except Exception as exc:  # gepa would log it and go on: end the run instead
-            self.fatal = exc
+        except BaseException as exc:  # gepa would log an Exception and go on: end the run
+            self.fatal = self.fatal or exc
             raise
         return new_texts
 
