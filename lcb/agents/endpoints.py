@@ -20,6 +20,9 @@ Contract:
 - `check_each(urls, check)` runs `check(url)` for every URL at once and returns the failures
   (url -> exception) in list order.
 - Used from one event loop (no locks): `acquire` and `release` never await.
+- `EndpointError`: an endpoint or model that is unusable (`lcb.agents.check` raises it; also
+  importable from `lcb.agents.failures`). Defined here, in a module of the standard library
+  alone, so that a command can name it without loading the HTTP clients.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ from urllib.parse import urlsplit, urlunsplit
 COOLDOWN_S = 5.0
 COOLDOWN_MAX_S = 60.0
 STRIKES = 2
+
+
+class EndpointError(RuntimeError):
+    """The endpoint or model is unusable. The message is meant for users, not a stack trace;
+    `problem` is its first line's reason alone."""
+
+    problem: str = ""
 
 
 def split_base_urls(text: str) -> tuple[str, ...]:

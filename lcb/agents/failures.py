@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 import aiohttp
 import httpx
 
+from lcb.agents.endpoints import EndpointError as EndpointError  # defined there: light
 from lcb.agents.endpoints import Verdict
 from lcb.agents.usage import CallTag
 
@@ -38,13 +39,6 @@ BAD_REQUEST_STATUS = frozenset({400, 413, 422})  # the request's own fault: dete
 TRANSPORT_ERRORS = (aiohttp.ClientConnectionError | aiohttp.ClientPayloadError
                     | aiohttp.ClientResponseError  # a response head that does not parse
                     | httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError)
-
-
-class EndpointError(RuntimeError):
-    """The endpoint or model is unusable. The message is meant for users, not a stack trace;
-    `problem` is its first line's reason alone."""
-
-    problem: str = ""
 
 
 class IdleTimeout(TimeoutError):

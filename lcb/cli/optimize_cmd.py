@@ -155,12 +155,11 @@ def optimize(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
-    from lcb.agents.failures import EndpointError
+    from lcb.agents.endpoints import EndpointError
     from lcb.agents.models import ModelConfig
-    from lcb.optimize.evaluation import EvaluationIncomplete
+    from lcb.optimize.errors import EvaluationIncomplete, JobError
     from lcb.optimize.job import JobConfig, run_job
     from lcb.optimize.outcomes import Misconfigured
-    from lcb.optimize.phases import JobError
     from lcb.optimize.settings import parse_assignments
 
     try:

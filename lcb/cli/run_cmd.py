@@ -131,7 +131,7 @@ def command_line(ctx: typer.Context, prog: str, *, skip: tuple[str, ...] = (),
 
 
 def _run_batch(ctx: typer.Context, prog: str, config: Any) -> None:
-    from lcb.agents.failures import EndpointError
+    from lcb.agents.endpoints import EndpointError
     from lcb.cli.signals import EXIT_CODE, Terminated, run_until_term
     from lcb.data.datasets import DataError
     from lcb.grading import SandboxUnavailable

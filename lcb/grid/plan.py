@@ -39,7 +39,8 @@ from lcb.grid.spec import GridSpec, Sampling, matches
 
 DONE_FILES = {"optimize": "result.json", "run": "summary.json"}
 _SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p",
-                   "max_tokens": "--max-tokens", "request_timeout": "--request-timeout"}
+                   "max_tokens": "--max-tokens", "request_timeout": "--request-timeout",
+                   "queue_timeout": "--queue-timeout"}
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def _shared_flags(spec: GridSpec) -> list[str]:
     s = spec.settings
     given = {"--data": s.data, "--release": s.release, "--sandbox": s.sandbox,
              "--concurrency": s.concurrency, "--budget": s.budget, "--opt-tests": s.opt_tests,
-             "--grader": s.grader, "--limit": s.limit}
+             "--grader": s.grader, "--limit": s.limit, "--max-requests": s.max_requests}
     flags = [w for flag, value in given.items() if value is not None for w in (flag, str(value))]
     return flags + _sampling_flags(s.sampling)
 

@@ -81,6 +81,7 @@ class Sampling(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
     thinking: bool | None = None
     request_timeout: float | None = Field(default=None, gt=0)
+    queue_timeout: float | None = Field(default=None, gt=0)
 
 
 class Settings(_Strict):
@@ -93,6 +94,7 @@ class Settings(_Strict):
     grader: Literal[GRADERS] | None = None  # type: ignore[valid-type]
     sandbox: Literal[SANDBOXES] | None = None  # type: ignore[valid-type]
     concurrency: int | None = Field(default=None, ge=1)
+    max_requests: int | None = Field(default=None, ge=1)
     limit: int | None = Field(default=None, ge=1)
     sampling: Sampling = Sampling()
 

@@ -38,6 +38,7 @@ from typing import Any
 from lcb.data.problems import Problem
 from lcb.optimize.artifacts import eval_path, read_evaluations
 from lcb.optimize.bundle import bundle_hash
+from lcb.optimize.errors import EvaluationIncomplete
 from lcb.optimize.method import Rollout
 from lcb.optimize.outcomes import RefusalWatch
 from lcb.optimize.seeds import evaluation_scope
@@ -48,10 +49,6 @@ from lcb.runs.runner import RunConfig, build_record
 from lcb.teams.common import TeamResult
 
 log = logging.getLogger("lcb.optimize")
-
-
-class EvaluationIncomplete(RuntimeError):
-    """Items whose evaluation failed for infrastructure reasons on every try."""
 
 
 @dataclass(frozen=True)

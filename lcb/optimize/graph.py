@@ -38,7 +38,7 @@ from itertools import pairwise
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from lcb.teams.centralized import MANAGER
+from lcb.registry import CENTRALIZED_MANAGER as MANAGER
 from lcb.teams.layouts import Topology, team_layout
 
 if TYPE_CHECKING:

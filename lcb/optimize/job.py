@@ -1,6 +1,7 @@
 """One optimizer job: optimize → validate → test, each phase resumable, artifacts under `--out`.
 
-Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
+Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`; the phases run in
+`lcb.optimize.jobrun`, loaded only once the job's own input passed its checks here):
 - Configuration errors raise before any work: an unknown method (`UnknownMethod`), method
   setting (`SettingsError`) or team (`ValueError`), a seed prompt file changed since the job
   pinned its seed bundle (`ArtifactError` naming the role and file), a split file that does
@@ -36,24 +37,19 @@ Contract of `run_job(config)` (artifact files: `lcb.optimize.artifacts`):
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from lcb.agents.cache import check_cache, open_cache
-from lcb.agents.check import check_endpoint
+from lcb.agents.cachedir import check_cache
 from lcb.agents.models import ModelConfig
-from lcb.agents.prompts import bundle_hashes, role_path, seed_bundle
-from lcb.grading import GradingPool
-from lcb.grading.preflight import preflight
-from lcb.optimize import conformance, phases, provenance
-from lcb.optimize.artifacts import Artifact, ArtifactError, JobSpec, read_history
-from lcb.optimize.calls import reflection_config
-from lcb.optimize.jobdir import open_job_dir, pin_seed_bundle, read_pinned_seed
-from lcb.optimize.method import Optimizer
+from lcb.agents.prompts import role_path, seed_bundle
+from lcb.optimize.artifacts import Artifact, ArtifactError, read_history
+from lcb.optimize.cell import DEFAULT_RUN_TIMEOUT_S, TeamCell
+from lcb.optimize.errors import JobError
+from lcb.optimize.jobdir import read_pinned_seed
 from lcb.optimize.methods import check_topology, get_optimizer, resolve_settings
 from lcb.optimize.splits import (
     DEFAULT_SPLITS_PATH,
@@ -63,12 +59,9 @@ from lcb.optimize.splits import (
     load_split_source,
     splits_from_loaded,
 )
-from lcb.optimize.teamrun import DEFAULT_RUN_TIMEOUT_S, TeamCell
-from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
 SPLITS_FILE = "splits.json"
-GRADER = "default"  # the grader every phase uses (`lcb.grading`)
 
 
 class JobPhase(StrEnum):
@@ -145,39 +138,6 @@ def resolve_splits(config: JobConfig) -> Splits:
     return splits
 
 
-def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: ModelConfig, *,
-             seed: dict[str, str], method_settings: dict[str, Any]) -> JobSpec:
-    """`job.json` of this job: settings, the conformance list and this session's provenance."""
-    judge = {**provenance.sampling(reflection), "temperature": 0.0}  # a judge call's default
-    spec = JobSpec(method=config.method, dataset=config.dataset, topology=cell.topology,
-                   model=config.model.model_id, seed=config.seed,
-                   team_size=None if cell.is_single else cell.size,
-                   communication=None if cell.is_single else cell.communication,
-                   budget=config.budget, temperature=config.model.temperature,
-                   top_p=config.model.top_p, max_tokens=config.model.max_tokens,
-                   thinking=config.model.thinking, reflection_model=reflection.model_id,
-                   reflection_sampling=provenance.sampling(reflection),
-                   split_sizes=splits.sizes, data=config.data, release=config.release,
-                   revision=splits.source.get("revision"), test_rule=splits.test_rule,
-                   splits_digest=conformance.splits_digest(splits), grader=GRADER,
-                   sandbox=config.sandbox, opt_tests=config.opt_tests,
-                   method_settings=method_settings,
-                   seed_prompts=bundle_hashes(seed),
-                   provenance=provenance.collect(task=config.model, reflection=reflection,
-                                                 grader=GRADER, sandbox=config.sandbox,
-                                                 judge_sampling=judge))
-    return spec.model_copy(update={"conformance": conformance.check(
-        spec, splits=splits, reference=_reference(config.method, cell))})
-
-
-def _reference(method: str, cell: TeamCell) -> conformance.Reference:
-    standard = Splits.load(DEFAULT_SPLITS_PATH) if DEFAULT_SPLITS_PATH.exists() else None
-    default_size = None if cell.is_single else TeamCell(cell.topology).size
-    return conformance.Reference(
-        team_size=default_size, method_settings=resolve_settings(method), splits=standard,
-        prompt_hashes=conformance.load_prompt_manifest().get(cell.topology, {}))
-
-
 def job_seed_bundle(out: Path, cell: TeamCell) -> dict[str, str]:
     """The job's pinned seed bundle (the role files' texts for a new job); a role file that no
     longer holds the pinned text raises `ArtifactError` naming the role and the file."""
@@ -209,64 +169,25 @@ def pending_phases(config: JobConfig, out: Path) -> list[JobPhase]:
     before = order[:order.index(config.phase)]
     missing = [phase.value for phase in before if not state[phase]]
     if missing:
-        raise phases.JobError(f"--phase {config.phase} needs the {' and '.join(missing)} "
+        raise JobError(f"--phase {config.phase} needs the {' and '.join(missing)} "
                               f"phase(s) of {out} first (or --phase all)")
     return [config.phase]
 
 
 async def run_job(config: JobConfig) -> dict[str, Any]:
-    """Run the phases `config.phase` asks for; return the job summary (module docstring)."""
+    """Run the phases `config.phase` asks for; return the job summary (module docstring).
+
+    The job's own input (cache, method and its settings, team, seed prompts, data and splits)
+    is checked here, with nothing of the model stack loaded, so such an error comes back at once;
+    `lcb.optimize.jobrun` (methods, teams, model clients) loads only after that."""
     check_cache(config.cache, replay=config.replay)
     settings = resolve_settings(config.method, config.method_settings)
     check_topology(config.method, config.topology)
     optimizer = get_optimizer(config.method, **settings)
     cell = TeamCell(config.topology, config.team_size, config.communication)
     seed = job_seed_bundle(config.out, cell)
-    reflection = config.reflection or reflection_config(config.model)
     splits = resolve_splits(config)
-    spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
-    finished = (config.out / Artifact.RESULT).exists()
-    if config.check_endpoints and not config.replay and not finished:
-        await check_endpoint(config.model)
-        other = (reflection.model_id, reflection.base_url) != (config.model.model_id,
-                                                               config.model.base_url)
-        if other and config.method != "identity":
-            await check_endpoint(reflection)
-    out = open_job_dir(config.out, spec, restart_optimization=config.restart_optimization)
-    pin_seed_bundle(out, seed)
-    if not (out / SPLITS_FILE).exists():
-        splits.save(out / SPLITS_FILE)
-    todo = pending_phases(config, out)
-    log.info("job %s: phases to run: %s", out, ", ".join(todo) or "none")
-    job = phases.PhaseJob(out=out, cell=cell, seed_bundle=seed, splits=splits,
-                     optimizer_seed=config.seed, data=config.data, release=config.release)
-    with GradingPool(config.grade_workers, sandbox=config.sandbox) as pool:
-        if todo:  # prove the grader works here before the first rollout
-            await asyncio.get_running_loop().run_in_executor(None, preflight, pool)
-        for phase in todo:
-            await _run_phase(phase, job, config, pool, optimizer=optimizer,
-                             reflection=reflection)
-    return phases.summary(out, spec, ran=[phase.value for phase in todo])
+    from lcb.optimize.jobrun import run_checked  # the heavy part, once the input is sound
 
-
-async def _run_phase(phase: JobPhase, job: phases.PhaseJob, config: JobConfig,
-                     pool: GradingPool, *, optimizer: Optimizer,
-                     reflection: ModelConfig) -> None:
-    """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise."""
-    greedy = phase is not JobPhase.OPTIMIZE
-    runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model,
-                          cache=open_cache(config.cache, replay=config.replay),
-                          purpose=phase.value)
-    try:
-        team = phases.runner(job, runtime, pool, concurrency=config.concurrency,
-                             run_timeout_s=config.run_timeout_s,
-                             opt_tests=None if greedy else config.opt_tests)
-        if phase is JobPhase.OPTIMIZE:
-            await phases.run_optimize(job, team, optimizer, budget=config.budget,
-                                      reflection=reflection)
-        elif phase is JobPhase.VALIDATE:
-            await phases.run_validate(job, team)
-        else:
-            await phases.run_test(job, team)
-    finally:
-        await runtime.aclose()
+    return await run_checked(config, optimizer, cell=cell, seed=seed, splits=splits,
+                             settings=settings)

@@ -41,10 +41,10 @@ from lcb.data.problems import Problem
 from lcb.grading import Grade
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.splits import OptimizerData
-from lcb.teams.common import TeamResult
 
 if TYPE_CHECKING:
     from lcb.optimize.graph import RoleTurn, TeamGraph
+    from lcb.teams.common import TeamResult
 
 Bundle = dict[str, str]
 

@@ -1,7 +1,8 @@
 """The three phases of an optimizer job, each a function of the job and a team runner.
 
-`lcb.optimize.job` decides which phases run and with which runtime (sampled for optimize,
-greedy for the evaluations); the phase functions here state their own contracts.
+`lcb.optimize.job` and `lcb.optimize.jobrun` decide which phases run and with which runtime
+(sampled for optimize, greedy for the evaluations); the phase functions here state their own
+contracts.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.bundle import BundleError, bundle_hash, check_bundle
 from lcb.optimize.calls import CALLS_LOG, CallJournal, ModelCalls
 from lcb.optimize.context import JobContext
+from lcb.optimize.errors import JobError
 from lcb.optimize.evaluation import Evaluation, evaluate, score
 from lcb.optimize.jobcost import read_cost
 from lcb.optimize.journal import ABANDONED_LOG, ROLLOUT_LOG, TRANSCRIPTS
@@ -50,10 +52,6 @@ from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
 LEDGER_FILE = "ledger.json"
-
-
-class JobError(RuntimeError):
-    """A phase that cannot run as asked (a missing earlier phase, a method's bad result)."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
 """One graded team run on one problem: the unit every phase of an optimizer job is made of.
 
 Contract:
-- `TeamCell` names the team of a job (topology, team size, communication format) and knows its
-  prompt slots (`roles`) and agent ids (`agents`). Unknown topologies, sizes or formats raise
-  `ValueError` naming the bad value, at construction.
+- `TeamCell` (defined in `lcb.optimize.cell`, which loads no model stack) names the team of a
+  job (topology, team size, communication format) and knows its prompt slots and agent ids.
 - `TeamRunner.attempt(bundle, problem, seed=..., active=...)` runs the team once with `bundle`
   and run seed `seed`, then grades the submitted program on the hidden tests, fail-fast (only
   the first `opt_tests` of them when the runner has `opt_tests`; the feedback then says "k of N"),
@@ -33,67 +32,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 from lcb.agents.usage import sum_usage
 from lcb.data.problems import Problem, Test
 from lcb.grading import Grade, GradingPool
 from lcb.optimize.budget import INFRA_RETRIES, InfraFailure, Refused, infra_reason
 from lcb.optimize.bundle import bundle_hash
+from lcb.optimize.cell import DEFAULT_RUN_TIMEOUT_S, TeamCell
 from lcb.optimize.gradecache import GradeCache, GradeSettings
 from lcb.optimize.method import Rollout
 from lcb.optimize.outcomes import refusal_feedback
-from lcb.teams import single as single_team
 from lcb.teams.common import TeamContext, TeamResult, TeamRuntime
-from lcb.teams.formats import parse_format
-from lcb.teams.layouts import team_layout
 from lcb.teams.options import TeamOptions
 from lcb.teams.solving import TEAMS, solve_in
 
 TOPOLOGIES = tuple(TEAMS)
-DEFAULT_RUN_TIMEOUT_S = 1800.0
-
-
-@dataclass(frozen=True)
-class TeamCell:
-    """The team of a job. `team_size` None means the team's default size."""
-
-    topology: str
-    team_size: int | None = None
-    communication: str = "freeform"
-
-    def __post_init__(self) -> None:
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {self.topology!r}; known: {', '.join(TOPOLOGIES)}")
-        object.__setattr__(self, "communication", parse_format(self.communication).value)
-        if self.is_single and self.team_size not in (None, 1):
-            raise ValueError(f"the single team has one agent; got team size {self.team_size}")
-        _ = self.agents  # resolves the layout: a bad size fails here
-
-    @property
-    def is_single(self) -> bool:
-        return self.topology == single_team.TOPOLOGY
-
-    def options(self, active: frozenset[str] | None = None) -> TeamOptions:
-        return TeamOptions(team_size=self.team_size, communication=self.communication,
-                           active=active)
-
-    @cached_property
-    def size(self) -> int:
-        """The resolved team size (1 for `single`)."""
-        return 1 if self.is_single else self.options().size_for(self.topology)
-
-    @cached_property
-    def agents(self) -> tuple[str, ...]:
-        if self.is_single:
-            return ("solver",)
-        return team_layout(self.topology, self.size).ids
-
-    @cached_property
-    def roles(self) -> tuple[str, ...]:
-        if self.is_single:
-            return single_team.ROLES
-        return team_layout(self.topology, self.size).roles
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,17 @@ from langgraph.graph import StateGraph
 from pydantic import BaseModel, Field
 
 from lcb.agents.prompts import fill_placeholders, question_prompt
+from lcb.registry import CENTRALIZED_MANAGER
 from lcb.teams.agent import build_agent_graph, run_agent
 from lcb.teams.common import AgentSpec, TeamContext, TeamResult
+from lcb.teams.layouts import DELEGATE_TOOL, DELEGATION_STEP
 from lcb.teams.multi import Step, Team, abstain, finish, member_spec, role_text
 from lcb.teams.options import TeamOptions
 
 TOPOLOGY = "centralized"
-MANAGER = "manager"
-STEP_KEY = "delegation"
-TOOL = "delegate"
+MANAGER = CENTRALIZED_MANAGER
+STEP_KEY = DELEGATION_STEP
+TOOL = DELEGATE_TOOL
 ROUTING = (f"To give a worker a task, call the `{TOOL}` tool with `worker` (one of the names "
            "above) and `instruction` (the task and the context it needs); the worker's reply "
            "comes back as the tool result. When you are done, answer without calling a tool.")

@@ -15,6 +15,9 @@ Contract:
   submitted result. A role has `python_exec` exactly when its seed prompt tells it to run code.
 - `Layout.active(mask)`: the agents a masked run keeps, in layout order; None keeps all; an id
   the layout does not have raises ValueError naming the known ids.
+- `DELEGATE_TOOL` is the tool a centralized manager calls to give a worker a task, and
+  `DELEGATION_STEP` the key of such a step in a run's transcript (`lcb.teams.centralized`);
+  named here so that code reading transcripts needs no team runtime.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from lcb.registry import (
     SEQUENTIAL_STAGES,
     TEAM_SIZES,
 )
+
+DELEGATE_TOOL = "delegate"
+DELEGATION_STEP = "delegation"
 
 # The multi-agent teams (`Topology.SEQUENTIAL`, ...), named in `lcb.registry`.
 Topology = StrEnum("Topology", {name.upper(): name for name in MULTI_AGENT_TOPOLOGIES},

@@ -10,6 +10,7 @@ waits on a clock to line things up.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import socket
 import threading
@@ -148,6 +149,21 @@ def test_the_grid_check_of_a_job_waits_for_a_busy_server(quick_notice, monkeypat
         live, dropped = usable_endpoints(sleeper_job(tmp_path, server.base_url), "k")
     assert (live, dropped) == ([server.base_url], {})
     assert server.slots.peak_queued >= 1
+
+
+@pytest.mark.parametrize("where", ["flag", "environment"])
+def test_the_grid_check_keeps_the_jobs_queue_timeout(quick_notice, monkeypatch, tmp_path, where):
+    job = sleeper_job(tmp_path, "")
+    if where == "flag":  # the grid's settings.sampling.queue_timeout becomes the job's flag
+        job = dataclasses.replace(job, argv=(*job.argv, "--queue-timeout", "0.5"))
+    else:
+        monkeypatch.setenv("LCB_QUEUE_TIMEOUT", "0.5")
+    with busy_server() as (server, _):
+        job = dataclasses.replace(job, env={**job.env, "VLLM_BASE_URL": server.base_url})
+        started = time.monotonic()
+        live, dropped = usable_endpoints(job, "k")
+        assert time.monotonic() - started < 30
+    assert live == [] and "0.5 s (--queue-timeout)" in dropped[server.base_url]
 
 
 @pytest.mark.slow

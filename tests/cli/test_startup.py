@@ -2,8 +2,8 @@
 
 Each case runs `lcb` in a fresh interpreter (as a user does) and lists which of the packages
 behind model calls (`MODEL_STACK`) that process imported. Help of every command, the commands
-`score`, `problems`, `grid status` and `report`, and a batch refused before any work must
-import none of them: they are what made `lcb --help` and such errors take seconds.
+`score`, `problems`, `grid status` and `report`, and a batch or an optimizer job refused before
+any work must import none of them: they are what made `lcb --help` and such errors take seconds.
 """
 
 from __future__ import annotations
@@ -86,6 +86,25 @@ def test_a_batch_refused_before_any_work_loads_no_model_stack(tmp_path, argv, sa
     imported, done = imported_model_stack(tmp_path, "run", *argv)
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert imported == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--method", "nope"], "unknown optimizer method 'nope'"),
+    (["--method", "tavo", "--topology", "single"], "optimizes multi-agent teams"),
+    (["--method", "gepa", "--set", "nope=1"], "unknown setting 'nope' of method 'gepa'"),
+    (["--method", "gepa", "--team-size", "7"], "7"),
+    (["--method", "gepa", "--data", "MISSING"], "no such file or directory"),
+    (["--method", "gepa", "--cache", "FILE"], "--cache"),
+])
+def test_an_optimizer_job_refused_before_any_work_loads_no_model_stack(tmp_path, argv, said):
+    (tmp_path / "file").write_text("x")
+    argv = [str(tmp_path / "missing") if a == "MISSING" else str(tmp_path / "file")
+            if a == "FILE" else a for a in argv]
+    topology = [] if "--topology" in argv else ["--topology", "sequential"]
+    imported, done = imported_model_stack(tmp_path, "optimize", *topology, *argv, "--out",
+                                          str(tmp_path / "job"))
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert imported == [] and not (tmp_path / "job").exists()
 
 
 def test_problems_imports_no_model_stack(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lcb.cli import app
+from lcb.grid.checks import job_limits
 from lcb.grid.plan import parse_shard, plan, shard
 from lcb.grid.spec import SpecError, load_spec, parse_spec
 from tests.helpers_grid import small_grid, write_spec
@@ -56,10 +57,9 @@ def test_more_than_one_team_size_or_format_extends_the_topology_folder(tmp_path)
 
 
 def test_a_run_grid_plans_resumable_batches_with_its_settings(tmp_path):
-    data = small_grid(URL, kind="run", methods=[], settings={"data": "sample", "limit": 3,
-                                                              "grader": "official",
-                                                              "sampling": {"temperature": 0.5,
-                                                                           "thinking": False}})
+    data = small_grid(URL, kind="run", methods=[], settings={
+        "data": "sample", "limit": 3, "grader": "official", "max_requests": 2,
+        "sampling": {"temperature": 0.5, "thinking": False, "queue_timeout": 30}})
     data["models"]["scripted"].update(api_key_env="SCRIPTED_KEY")
     job = plan(parse_spec(data, base=tmp_path))[2]
     assert job.key == "run/lcb/sequential/scripted/0" and job.done_file == "summary.json"
@@ -70,7 +70,9 @@ def test_a_run_grid_plans_resumable_batches_with_its_settings(tmp_path):
                          "--seed", "0", "--out-dir", "runs/run/lcb/sequential/scripted/0",
                          "--resume", "--team-size", "2", "--communication", "freeform",
                          "--data", "sample", "--grader", "official", "--limit", "3",
-                         "--temperature", "0.5", "--no-thinking"]
+                         "--max-requests", "2", "--temperature", "0.5", "--queue-timeout",
+                         "30.0", "--no-thinking"]
+    assert job_limits(job) == {"queue_timeout_s": 30.0}  # what the job's endpoint check keeps
 
 
 def test_method_settings_become_set_flags_with_dotted_keys(tmp_path):

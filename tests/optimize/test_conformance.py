@@ -7,8 +7,7 @@ import pytest
 
 from lcb.agents.models import ModelConfig
 from lcb.agents.prompts import bundle_hashes, seed_bundle
-from lcb.optimize import job as job_module
-from lcb.optimize import provenance
+from lcb.optimize import jobrun, provenance
 from lcb.optimize.artifacts import JobSpec
 from lcb.optimize.conformance import (
     NO_SPLIT_FILE,
@@ -18,7 +17,8 @@ from lcb.optimize.conformance import (
     prompt_manifest,
     splits_digest,
 )
-from lcb.optimize.job import JobConfig, job_spec
+from lcb.optimize.job import JobConfig
+from lcb.optimize.jobrun import job_spec
 from lcb.optimize.methods import resolve_settings
 from lcb.optimize.splits import Splits, make_splits
 from lcb.optimize.teamrun import TeamCell
@@ -167,7 +167,7 @@ def test_job_spec_records_settings_provenance_and_redacts_keys(tmp_path, monkeyp
     splits = Splits(train=STANDARD_SPLITS.train, validation=STANDARD_SPLITS.validation,
                     test=STANDARD_SPLITS.test, source={"kind": "hub", "revision": "feedbeef"})
     standard_file = splits.save(tmp_path / "lcb_splits.json")
-    monkeypatch.setattr(job_module, "DEFAULT_SPLITS_PATH", standard_file)
+    monkeypatch.setattr(jobrun, "DEFAULT_SPLITS_PATH", standard_file)  # the reference
     task = ModelConfig(base_url="https://user:pw@host.example:8443/v1?token=t0k", model_id=TASK,
                        api_key="sk-task-secret")
     reflection = ModelConfig(base_url="https://api.example/v1", model_id=BIG,

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from lcb.optimize.cell import check_method_fits
 from lcb.optimize.method import Optimizer, OptimizerFactory
 from lcb.optimize.methods import (
     gepa_method,
@@ -33,7 +34,6 @@ from lcb.optimize.methods import (
     tavo,
 )
 from lcb.optimize.settings import build, resolve, settings_class
-from lcb.registry import SINGLE, SINGLE_AGENT_METHODS, TEAM_METHODS
 
 OPTIMIZERS: dict[str, OptimizerFactory] = {  # the specification's grid order (`METHODS`)
     identity.KEY: identity.make,
@@ -53,11 +53,10 @@ class UnknownMethod(ValueError):
 
 
 def check_topology(key: str, topology: str) -> None:
-    """Refuse a multi-agent method on the single-agent team, naming the methods it gets."""
+    """Refuse an unknown key, and a multi-agent method on the single-agent team
+    (`lcb.optimize.cell.check_method_fits`)."""
     _factory(key)
-    if topology == SINGLE and key in TEAM_METHODS:
-        raise ValueError(f"method {key!r} optimizes multi-agent teams; topology 'single' gets "
-                         f"{', '.join(SINGLE_AGENT_METHODS)}")
+    check_method_fits(key, topology)
 
 
 def _factory(key: str) -> OptimizerFactory:

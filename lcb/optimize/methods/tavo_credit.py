@@ -30,7 +30,8 @@ from lcb.optimize.graph import STEP_KEYS, invocations
 from lcb.optimize.method import Bundle, Rollout, Uncharged
 from lcb.optimize.methods import tavo_prompts as tp
 from lcb.optimize.methods.tavo_parts import merge_fallback, pick_sources
-from lcb.teams.centralized import MANAGER, TOOL
+from lcb.registry import CENTRALIZED_MANAGER as MANAGER
+from lcb.teams.layouts import DELEGATE_TOOL as TOOL
 from lcb.text import clip
 
 if TYPE_CHECKING:

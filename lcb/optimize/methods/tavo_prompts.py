@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcb.optimize.methods.reflection import marked_text, render_args
-from lcb.teams.centralized import MANAGER, TOOL
+from lcb.registry import CENTRALIZED_MANAGER as MANAGER
+from lcb.teams.layouts import DELEGATE_TOOL as TOOL
 from lcb.text import clip
 
 EDIT_KINDS = ("add", "remove", "restructure")

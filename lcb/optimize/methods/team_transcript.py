@@ -54,8 +54,8 @@ from lcb.data.problems import Problem
 from lcb.optimize.graph import STEP_KEYS
 from lcb.optimize.method import Rollout
 from lcb.optimize.methods.reflection import MIN_SHARE, render_args, require_positive
-from lcb.teams.centralized import STEP_KEY as DELEGATION
-from lcb.teams.centralized import TOOL as DELEGATE
+from lcb.teams.layouts import DELEGATE_TOOL as DELEGATE
+from lcb.teams.layouts import DELEGATION_STEP as DELEGATION
 from lcb.text import clip
 
 TASK_NOTE = "[the task, shown above]"

@@ -1,0 +1,71 @@
+"""The team of an optimizer job, checked before anything heavy loads.
+
+Contract: `TeamCell(topology, team_size, communication)` names a job's team and knows its prompt
+slots (`roles`) and agent ids (`agents`); an unknown topology, size or format raises
+`ValueError` naming the bad value, at construction. `check_method_fits(method, topology)`
+refuses a multi-agent method (`TEAM_METHODS`) on the single-agent team, naming the methods it
+gets. `DEFAULT_RUN_TIMEOUT_S` bounds one team run
+(`lcb.optimize.teamrun`). Imports the registry and the team layouts only (no model stack), so a
+job can refuse a bad team at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from lcb.registry import SEED_ROLES, SINGLE, SINGLE_AGENT_METHODS, TEAM_METHODS, TOPOLOGIES
+from lcb.teams.formats import parse_format
+from lcb.teams.layouts import team_layout
+from lcb.teams.options import TeamOptions
+
+DEFAULT_RUN_TIMEOUT_S = 1800.0
+
+
+def check_method_fits(method: str, topology: str) -> None:
+    """Refuse a multi-agent method on the single-agent team, naming the methods it gets."""
+    if topology == SINGLE and method in TEAM_METHODS:
+        raise ValueError(f"method {method!r} optimizes multi-agent teams; topology 'single' gets "
+                         f"{', '.join(SINGLE_AGENT_METHODS)}")
+
+
+@dataclass(frozen=True)
+class TeamCell:
+    """The team of a job. `team_size` None means the team's default size."""
+
+    topology: str
+    team_size: int | None = None
+    communication: str = "freeform"
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; known: {', '.join(TOPOLOGIES)}")
+        object.__setattr__(self, "communication", parse_format(self.communication).value)
+        if self.is_single and self.team_size not in (None, 1):
+            raise ValueError(f"the single team has one agent; got team size {self.team_size}")
+        _ = self.agents  # resolves the layout: a bad size fails here
+
+    @property
+    def is_single(self) -> bool:
+        return self.topology == SINGLE
+
+    def options(self, active: frozenset[str] | None = None) -> TeamOptions:
+        return TeamOptions(team_size=self.team_size, communication=self.communication,
+                           active=active)
+
+    @cached_property
+    def size(self) -> int:
+        """The resolved team size (1 for `single`)."""
+        return 1 if self.is_single else self.options().size_for(self.topology)
+
+    @cached_property
+    def agents(self) -> tuple[str, ...]:
+        if self.is_single:
+            return ("solver",)
+        return team_layout(self.topology, self.size).ids
+
+    @cached_property
+    def roles(self) -> tuple[str, ...]:
+        if self.is_single:
+            return SEED_ROLES[SINGLE]
+        return team_layout(self.topology, self.size).roles
