@@ -8,7 +8,12 @@ Contract:
 - `METHODS`: the optimizer keys, in the specification's grid order; `lcb.optimize.methods`
   registers a factory under each, in this order. `SINGLE_AGENT_METHODS` are those the `single`
   team takes; `TEAM_METHODS` (the rest) credit or search over several agents' prompts and refuse
-  it. `PHASES`: the phases of an optimizer job (`lcb.optimize.job.JobPhase`).
+  it. `PHASES`: the phases of an optimizer job (`lcb.optimize.job.JobPhase`). `FEEDBACK_MODES`
+  (`--feedback`): what a method learns of a failed train rollout, the first (`full`: the failing
+  test's input, expected and actual output, the error) being the standard; `verdict` keeps the
+  verdict and the error alone. `SELECTIONS` (`--selection`): where a method's selection set
+  comes from, the first (`validation`) being the standard; `train` carves it from train
+  (`lcb.optimize.sealing`).
 - `TOPOLOGIES`: the teams, in the order they are introduced (single first): the CLI's and the
   grid's choices and the report's order of runs; `lcb.teams.solving.TEAMS` runs each.
   `MULTI_AGENT_TOPOLOGIES` are all but `single` (`lcb.teams.layouts.Topology`);
@@ -38,6 +43,8 @@ METHODS = ("identity", "gepa", "mipro", "mamut_gepa", "tavo", "maspo", "hivemind
 SINGLE_AGENT_METHODS = ("identity", "gepa", "mipro")
 TEAM_METHODS = tuple(method for method in METHODS if method not in SINGLE_AGENT_METHODS)
 PHASES = ("optimize", "validate", "test", "all")
+FEEDBACK_MODES = ("full", "verdict")
+SELECTIONS = ("validation", "train")
 
 SINGLE = "single"
 INTERACTING_TOPOLOGIES = ("sequential", "centralized", "decentralized")

@@ -72,7 +72,8 @@ def results(spec: GridSpec) -> dict[str, Any]:
 
 def _strip(value: Any, root: str) -> Any:
     if isinstance(value, dict):
-        return {k: _strip(v, root) for k, v in value.items() if k not in ("path", "paths")}
+        return {k: _strip(v, root) for k, v in value.items()
+                if k not in ("path", "paths", "wall_s")}  # wall times differ run to run
     if isinstance(value, list):
         return [_strip(v, root) for v in value]
     if isinstance(value, str):
@@ -81,7 +82,8 @@ def _strip(value: Any, root: str) -> Any:
 
 
 def aggregate_view(spec_path: Path) -> dict[str, Any]:
-    """The grid's aggregate with every job path taken out (two grid folders compare equal)."""
+    """The grid's aggregate with every job path and wall time taken out (two grid folders
+    compare equal)."""
     spec = load_spec(spec_path)
     return _strip(aggregate(spec.root), str(spec.root))
 

@@ -46,6 +46,7 @@ from lcb.optimize.artifacts import (
 )
 from lcb.optimize.budget import BudgetExhausted, BudgetLedger, InfraFailure
 from lcb.optimize.bundle import bundle_hash, validate_bundle
+from lcb.optimize.curves import incumbent as curve_incumbent
 from lcb.optimize.job import run_job
 from lcb.optimize.journal import ROLLOUT_LOG
 from lcb.optimize.method import Rollout
@@ -378,7 +379,9 @@ def check_three_phases(job: MethodJob) -> None:
     - rollouts only on train/validation rows; test rows reach the model only once
       `selection.json` exists, and no other row is sent after it;
     - `selection.json` follows the validation records and the rule (strictly better);
-    - `result.json`, `test.json` and the summary agree with the test records."""
+    - `result.json`, `test.json` and the summary agree with the test records;
+    - the learning curve's rule for the method (`lcb.optimize.curves.RULES`) reads the method's
+      final incumbent from its history, so the curve's points are the method's own choices."""
     out, budget, splits, summary = job.out, job.budget, job.splits, job.summary
     assert summary["status"] == "complete", summary
     assert summary["phases_run"] == ["optimize", "validate", "test"]
@@ -426,6 +429,8 @@ def check_three_phases(job: MethodJob) -> None:
         rate(val_seed), rate(val_inc), len(splits.validation))
     assert (selection.seed_hash, selection.incumbent_hash) == (bundle_hash(seed),
                                                                bundle_hash(incumbent))
+    ruled = curve_incumbent(history[:-1], method=summary["method"])
+    assert (ruled.bundle if ruled else seed) == incumbent, (summary["method"], ruled)
     better = not same and selection.incumbent_score > selection.seed_score
     assert selection.deployed == ("incumbent" if better else "seed")
     assert selection.deployed_bundle == (incumbent if better else seed)

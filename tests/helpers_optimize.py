@@ -22,7 +22,7 @@ from lcb.optimize.calls import CallJournal, ModelCalls, reflection_config
 from lcb.optimize.context import JobContext
 from lcb.optimize.job import JobConfig
 from lcb.optimize.method import OptimizeContext, Rollout
-from lcb.optimize.splits import Splits, load_optimizer_data, splits_from_loaded
+from lcb.optimize.splits import OptimizerData, Splits, load_optimizer_rows, splits_from_loaded
 from lcb.optimize.teamrun import TeamCell, TeamRunner
 from lcb.teams.common import TeamRuntime
 from tests.helpers_agents import fenced, model_config
@@ -139,10 +139,11 @@ async def job_context(base_url: str, job_dir: Path, *, topology: str = "single",
             calls = ModelCalls(reflection=reflection_config(runtime.config, environ={}),
                                task=runtime.config, ledger=ledger,
                                optimizer_seed=optimizer_seed, journal=CallJournal(job_dir))
-            data = load_optimizer_data(sample_splits(), data="sample")
+            rows = load_optimizer_rows(sample_splits(), data="sample")
             yield JobContext(cell=cell, seed_bundle=seed_bundle(topology, cell.roles),
-                             data=data, ledger=ledger, optimizer_seed=optimizer_seed,
-                             runner=runner, calls=calls, job_dir=job_dir)
+                             data=OptimizerData(sample_splits(), rows), labelled=rows,
+                             ledger=ledger, optimizer_seed=optimizer_seed, runner=runner,
+                             calls=calls, job_dir=job_dir)
             await calls.aclose()
     finally:
         await runtime.aclose()

@@ -2,9 +2,9 @@
 
 Both take the same flags (`--method --dataset --topology --model --seed --out --team-size
 --communication --budget --phase --data --release --concurrency --max-requests --splits --set
---opt-tests --sandbox --restart-optimization --cache --replay`, and the generation flags
-`--temperature --top-p --max-tokens --thinking/--no-thinking --request-timeout --queue-timeout`
-of `lcb.cli.options`:
+--opt-tests --sandbox --selection --feedback --uncharged-cost --curve --restart-optimization
+--cache --replay --from`, and the generation flags `--temperature --top-p --max-tokens
+--thinking/--no-thinking --request-timeout --queue-timeout` of `lcb.cli.options`:
 temperature and top-p sample the optimize phase's team runs, validation and test stay greedy;
 `--cache DIR` / `--replay`: the response cache of `lcb.agents.cache`; `--max-requests N`: the
 model requests in flight at most over the whole job, team runs and reflect / judge / probe calls
@@ -15,7 +15,8 @@ go to stderr; stdout carries exactly one line of JSON: the job summary,
 `{"status": "error", "error": ...}` (a flag that does not parse too), or on an interrupt
 `{"status": "interrupted", "signal": ..., "out": ..., "resume": ...}`.
 The fixed choices (method, topology, phase, sandbox, communication) are listed in the help but
-checked by the job, whose messages name the known values.
+checked by the job, whose messages name the known values. `--from DIR/job.json` reruns a job
+with the settings it records (`lcb.cli.rerun`); flags given beside it win.
 Exit codes: 0 done; 1 the model endpoint does not answer, or refuses the job's requests
 (HTTP 400 on its first calls or on 10 rows in a row: misconfigured, nothing charged); 2 bad
 input (unknown method, method setting or topology, unusable data or splits, a changed seed
@@ -45,14 +46,17 @@ from lcb.cli.options import (
     choices_metavar,
     with_generation_options,
 )
+from lcb.cli.rerun import expand_from
 from lcb.cli.signals import Terminated, run_until_term
 from lcb.io import json_text
 from lcb.registry import (
     COMMUNICATIONS,
     DEFAULT_COMMUNICATION,
+    FEEDBACK_MODES,
     METHODS,
     PHASES,
     SANDBOXES,
+    SELECTIONS,
     TOPOLOGIES,
 )
 
@@ -78,6 +82,10 @@ class JobCommand(LcbCommand):
     """The job's command: flags that do not parse still end stdout with the JSON error line."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            args = expand_from(args) if "--help" not in args and "-h" not in args else args
+        except ValueError as exc:
+            raise _fail(str(exc), 2) from None
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:
@@ -138,6 +146,27 @@ def optimize(
                                                "test always use all). Non-standard.")] = None,
     sandbox: Annotated[str, _opt("--sandbox", metavar=choices_metavar(SANDBOXES),
                                  help="Grader sandbox tier.")] = "process",
+    selection: Annotated[str, _opt("--selection", metavar=choices_metavar(SELECTIONS),
+                                   panel=_PROTOCOL,
+                                   help="Where a method selects: the validation split, or a "
+                                        "set carved from train (the gate then a held-out "
+                                        "test for every method). Non-standard: train.")
+                         ] = "validation",
+    feedback: Annotated[str, _opt("--feedback", metavar=choices_metavar(FEEDBACK_MODES),
+                                  panel=_PROTOCOL,
+                                  help="What reflection sees of a failed train rollout: the "
+                                       "failing test whole, or its verdict and error only. "
+                                       "Non-standard: verdict.")] = "full",
+    uncharged_cost: Annotated[float, _opt("--uncharged-cost", min=0.0, metavar="R",
+                                          panel=_PROTOCOL,
+                                          help="Budget units each reflect / judge / probe call "
+                                               "takes (a compute-matched budget). "
+                                               "Non-standard: > 0.")] = 0.0,
+    curve: Annotated[bool, _opt("--curve", panel=_PROTOCOL,
+                                help="Once the gate is sealed, score the incumbent at 10, 25, "
+                                     "50 and 100 % of the budget on the validation split "
+                                     "(uncharged analysis; add it to a finished job's command "
+                                     "to draw its curve).")] = False,
     restart_optimization: Annotated[bool, _opt("--restart-optimization", panel=_PROTOCOL,
                                                help="Discard an interrupted optimization's "
                                                     "history and start it again.")] = False,
@@ -147,6 +176,11 @@ def optimize(
                      ] = None,
     replay: Annotated[bool, _opt("--replay", help="With --cache: every model call from the "
                                                   "cache alone (no endpoint).")] = False,
+    from_: Annotated[Path | None, _opt("--from", dir_okay=False, metavar="DIR/job.json",
+                                       help="Rerun the job this file records: its method, "
+                                            "data, settings, sampling and seeds (flags given "
+                                            "too win; without --out: its own folder, resumed)."
+                                       )] = None,
     generation: GenerationOptions,
 ) -> None:
     """Run one optimizer job: optimize -> validate -> test, with artifacts under --out.
@@ -171,7 +205,8 @@ def optimize(
                            data=data, release=release, splits=splits, concurrency=concurrency,
                            method_settings=parse_assignments(set_ or []), opt_tests=opt_tests,
                            sandbox=sandbox, restart_optimization=restart_optimization,
-                           cache=cache, replay=replay)
+                           cache=cache, replay=replay, selection=selection, feedback=feedback,
+                           uncharged_cost=uncharged_cost, curve=curve)
         summary = asyncio.run(run_until_term(run_job(config)))
     except (EndpointError, Misconfigured) as exc:
         raise _fail(str(exc), 1) from None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Any
 
 from lcb.agents.endpoints import redact_url, split_base_urls
 from lcb.grid.spec import GridSpec, Sampling, matches
+from lcb.optimize.settings import assignments
 
 DONE_FILES = {"optimize": "result.json", "run": "summary.json"}
 _SAMPLING_FLAGS = {"temperature": "--temperature", "top_p": "--top-p",
@@ -156,20 +156,9 @@ def _sampling_flags(sampling: Sampling) -> list[str]:
     return flags
 
 
-def flatten_settings(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """`--set` assignments for nested method settings: `{"a": {"b": 1}}` -> `["a.b=1"]`."""
-    pairs = []
-    for name, value in settings.items():
-        if isinstance(value, Mapping):
-            pairs += flatten_settings(value, f"{prefix}{name}.")
-        else:
-            pairs.append(f"{prefix}{name}={json.dumps(value)}")
-    return pairs
-
-
 def _optimize_argv(spec: GridSpec, combo: Mapping[str, Any], out: Path) -> list[str]:
     model = spec.models[combo["model"]]
-    sets = flatten_settings(spec.method_settings.get(combo["method"], {}))
+    sets = assignments(spec.method_settings.get(combo["method"], {}))
     return ["lcb", "optimize", "--method", combo["method"], "--dataset", "lcb", "--topology",
             combo["topology"], "--model", model.id, "--seed", str(combo["seed"]),
             "--out", str(out), *_team_flags(combo), *_shared_flags(spec),

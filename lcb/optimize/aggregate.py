@@ -24,6 +24,12 @@ Contract of `aggregate(root, split_mixed=False)`:
   (`tokens_mean`), with `calls_without_usage` per kind: calls whose server reported no usage
   (`lcb.agents.usage`), summed over seeds. A kind with any is unknown: its `tokens_mean` is
   None and the table says "unknown", since a mean of partial sums would understate it.
+  Beside Δ, the whole job's compute: `total_tokens_mean` and `total_calls_mean` (every phase,
+  task and reflection model, `lcb.optimize.phasecost`; None when a seed's is unknown), and
+  `gates`: how many seeds met a held-out gate and how many a reused one.
+- `deploy_rates`: per (method, gate), the seeds and how many deployed their incumbent: the
+  gate is a held-out test only for a method that ran no validation row while optimizing
+  (`--selection train` makes it so for all), so deploy rates compare within a gate only.
   Holm's correction runs over every per-seed McNemar p-value of a (dataset × model) family,
   across methods and cells (`p_holm`).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
@@ -186,8 +192,20 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
+def _total(cost: dict[str, Any], key: str) -> float | None:
+    """A seed's whole-job total (`phases.total`: every phase, both models) of `key`."""
+    return ((cost.get("phases") or {}).get("total") or {}).get(key)
+
+
+def _known_mean(values: list[float | None]) -> float | None:
+    """The mean, or None when any value is unknown (a mean of the known ones would
+    understate the rest)."""
+    return None if not values or None in values else statistics.fmean(values)
+
+
 def _group_cost(costs: list[dict[str, Any]]) -> dict[str, Any]:
     budgets = {cost["budget"] for cost in costs}
+    gates = [cost.get("gate") for cost in costs]
     usage = [cost["uncharged"] for cost in costs if cost["uncharged"] is not None]
     unknown = {kind: sum(u[kind].get(WITHOUT_USAGE) or 0 for u in usage) for kind in KINDS}
     return {"budget": budgets.pop() if len(budgets) == 1 else None,
@@ -196,7 +214,11 @@ def _group_cost(costs: list[dict[str, Any]]) -> dict[str, Any]:
             "tokens_mean": {kind: None if unknown[kind] else _mean(
                 u[kind]["prompt_tokens"] + u[kind]["completion_tokens"] for u in usage)
                 for kind in KINDS},
-            "calls_without_usage": unknown}
+            "calls_without_usage": unknown,
+            "total_tokens_mean": _known_mean([_total(cost, "tokens") for cost in costs]),
+            "total_calls_mean": _known_mean([_total(cost, "calls") for cost in costs]),
+            "gates": {gate: gates.count(gate) for gate in ("held_out", "reused")
+                      if gate in gates}}
 
 
 def _group_row(group: Group, *, resamples: int, rng_seed: int, level: float) -> dict[str, Any]:
@@ -213,6 +235,7 @@ def _group_row(group: Group, *, resamples: int, rng_seed: int, level: float) -> 
             "baseline_mean": stats.mean_std([row["baseline"] for row in seeds])[0],
             "deployed_mean": stats.mean_std([row["deployed"] for row in seeds])[0],
             "delta_mean": mean, "delta_std": std, "ci": list(ci) if ci else None,
+            "deployed_n": sum(row["deployed_label"] == "incumbent" for row in seeds),
             "cost": _group_cost([row["cost"] for row in seeds]), "seeds": seeds}
 
 
@@ -224,6 +247,20 @@ def _apply_holm(groups: list[dict[str, Any]]) -> None:
     for rows in families.values():
         for row, adjusted in zip(rows, stats.holm([r["p_mcnemar"] for r in rows]), strict=True):
             row["p_holm"] = adjusted
+
+
+def deploy_rates(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How often each method deployed its incumbent, split by the gate its seeds met:
+    `held_out` (the method never ran a validation row) or `reused` (it selected on them, so
+    the gate's strict-improvement test is biased in its favour). One row per (method, gate)."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for group in groups:
+        for row in group["seeds"]:
+            tally = counts[(group["method"], row["cost"].get("gate") or "unknown")]
+            tally[0] += 1
+            tally[1] += row["deployed_label"] == "incumbent"
+    return [{"method": method, "gate": gate, "jobs": jobs, "deployed": deployed,
+             "rate": deployed / jobs} for (method, gate), (jobs, deployed) in counts.items()]
 
 
 def group_rows(jobs: Iterable[FinishedJob], *, resamples: int = stats.PAIRED_RESAMPLES,
@@ -245,6 +282,7 @@ def aggregate(root: Path, *, resamples: int = stats.PAIRED_RESAMPLES,
     groups = group_rows(jobs, resamples=resamples, rng_seed=rng_seed, level=level,
                         split_mixed=split_mixed)
     return {"root": str(root), "n_jobs": len(jobs), "groups": groups, "incomplete": incomplete,
+            "deploy_rates": deploy_rates(groups),
             "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": rng_seed,
                          "ci_level": level, "holm_family": ["dataset", "model"],
                          "split_mixed": split_mixed,
@@ -278,9 +316,9 @@ def markdown_table(summary: dict[str, Any]) -> str:
     """One markdown row per group; non-conformant groups are marked with `*`, split groups
     with their fingerprint (their differing settings are listed under the table)."""
     header = ("| method | dataset | topology | team | comm | model | seeds | baseline | deployed "
-              "| Δ mean ± std | 95% CI | McNemar p (Holm) per seed | charged / budget "
-              "| proposals (accepted) | tokens reflect / judge / probe |")
-    lines, notes = [header, "|" + "---|" * 15], []
+              "| Δ mean ± std | 95% CI | total tokens | total calls | McNemar p (Holm) per seed "
+              "| charged / budget | proposals (accepted) | tokens reflect / judge / probe |")
+    lines, notes = [header, "|" + "---|" * 17], []
     for g in summary["groups"]:
         low, high = g["ci"] or (None, None)
         ci = f"[{_num(low, signed=True)}, {_num(high, signed=True)}]"
@@ -298,10 +336,17 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| {method} | {g['dataset']} | {g['topology']} | {g['team_size'] or '—'} "
             f"| {g['communication'] or '—'} | {g['model']} | {g['n_seeds']} "
             f"| {_num(g['baseline_mean'])} | {_num(g['deployed_mean'])} "
-            f"| {_num(g['delta_mean'], signed=True)} ± {_num(g['delta_std'])} | {ci} | {tests} "
-            f"| {_spend(g['cost'])} |")
+            f"| {_num(g['delta_mean'], signed=True)} ± {_num(g['delta_std'])} | {ci} "
+            f"| {_amount(g['cost'].get('total_tokens_mean'))} "
+            f"| {_amount(g['cost'].get('total_calls_mean'))} | {tests} | {_spend(g['cost'])} |")
     if notes:
         lines.append("\nwithin a cell:\n" + "\n".join(notes))
+    rates = summary.get("deploy_rates") or []
+    if rates:
+        lines.append("\ndeployed (incumbent strictly better on validation), by the gate it met:\n"
+                     "\n| method | gate | jobs | deployed | rate |\n|---|---|---|---|---|")
+        lines += [f"| {r['method']} | {r['gate']} | {r['jobs']} | {r['deployed']} "
+                  f"| {100 * r['rate']:.0f} % |" for r in rates]
     if any(not g["conformant"] for g in summary["groups"]):
         lines.append("\n\\* non-conformant: settings differ from the standard protocol "
                      "(see each job.json's deviations)")

@@ -35,6 +35,7 @@ may be reused, and the pinned seed bundle: `lcb.optimize.jobdir`. What is not a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -45,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from lcb.io import BadJson, json_text, loads, write_json
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.conformance import STANDARD_SPLIT_SIZES, Requirement
+from lcb.registry import FEEDBACK_MODES, SELECTIONS
 from lcb.runs.records import RecordsError, pass_at_1, read_records
 from lcb.runs.rundir import now_iso
 
@@ -97,6 +99,10 @@ class JobSpec(_Model):
     sandbox: str = "process"
     opt_tests: int | None = Field(default=None, ge=1)
     method_settings: dict[str, Any] = Field(default_factory=dict)
+    selection: Literal[SELECTIONS] = "validation"  # type: ignore[valid-type]
+    selection_split: dict[str, Any] | None = None  # the train carve under selection "train"
+    feedback: Literal[FEEDBACK_MODES] = "full"  # type: ignore[valid-type]
+    uncharged_cost: float = Field(default=0.0, ge=0)  # budget units per uncharged call
     seed_prompts: dict[str, str] = Field(default_factory=dict)
     conformance: list[Requirement] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
@@ -323,7 +329,9 @@ def read_selection(job_dir: Path) -> SelectionDecision:
 
 def eval_path(job_dir: Path, *, phase: str, label: str) -> Path:
     """Where the evaluation records of bundle `label` in `phase` go (`evals/<phase>_<label>`)."""
-    if phase not in ("validate", "test") or label not in ("seed", "incumbent", "deployed"):
+    curve = phase == "validate" and re.fullmatch(r"curve_[0-9a-f]{12}", label) is not None
+    if phase not in ("validate", "test") or (
+            label not in ("seed", "incumbent", "deployed") and not curve):
         raise ValueError(f"no evaluation file for phase={phase!r}, label={label!r}")
     return Path(job_dir) / Artifact.EVALS / f"{phase}_{label}.jsonl"
 

@@ -31,14 +31,19 @@ Contract:
   once, except for a team run kept for a re-grade (`kept=True`): its tokens count only if the
   rollout is finally abandoned, since a successful re-grade returns them in the rollout.
 - Reflection / proposal / judge calls are never charged; `record_uncharged(...)` adds their calls
-  and tokens to the ledger's usage, per kind.
+  and tokens to the ledger's usage, per kind. Except with `uncharged_rate` R > 0
+  (`--uncharged-cost R`, a compute-matched variant of the protocol): every such call, answered
+  or failed, then takes R units out of what rollouts may use (`call_units` = ceil(R x calls),
+  so a part of a unit takes a whole one), and `units` = charged + call_units is what the job
+  spent. Rollouts already in flight are never taken back; calls made once no unit is left are
+  counted, not refused.
 - Tokens a server did not report (`lcb.agents.usage`): `failed_attempt_tokens` and each kind's
   usage also count `n_calls_without_usage`, and a token total is None when every call it
   covers is unknown; `sum_usage` adds them up. A state without that key reads as 0 of them.
 - `state()` is JSON-able and `BudgetLedger.from_state(state)` restores it for checkpoints:
-  `total, charged, retries, infra_failures, abandoned, refused, failed_attempt_tokens,
-  refusal_watch, uncharged`. In-flight reservations are not part of the state: a rollout cut
-  off by an interruption was never committed, so it is not charged.
+  `total, charged, retries, uncharged_rate, infra_failures, abandoned, refused,
+  failed_attempt_tokens, refusal_watch, uncharged`. In-flight reservations are not part of the
+  state: a rollout cut off by an interruption was never committed, so it is not charged.
 - Thread- and asyncio-safe: every mutation holds one `threading.Lock` for a few instructions
   (never across an await or a rollout).
 """
@@ -46,12 +51,13 @@ Contract:
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lcb.agents.usage import WITHOUT_USAGE, sum_usage
+from lcb.agents.usage import WITHOUT_USAGE, count, sum_usage
 from lcb.optimize.outcomes import (  # re-exported: how an attempt ends
     InfraFailure,
     Misconfigured,
@@ -102,10 +108,12 @@ class BudgetLedger:
     """
 
     def __init__(self, total: int, *, retries: int = INFRA_RETRIES,
-                 watch: RefusalWatch | None = None) -> None:
+                 watch: RefusalWatch | None = None, uncharged_rate: float = 0.0) -> None:
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
             raise ValueError(f"budget total must be an integer >= 0, got {total!r}")
-        self.total = total
+        if not 0 <= uncharged_rate < math.inf:
+            raise ValueError(f"uncharged_rate must be a number >= 0, got {uncharged_rate!r}")
+        self.total, self.uncharged_rate = total, float(uncharged_rate)
         self.retries = retries
         self.watch = watch or RefusalWatch()
         self._lock = threading.Lock()
@@ -127,13 +135,24 @@ class BudgetLedger:
             return sum(res.remaining for res in self._open.values())
 
     @property
+    def call_units(self) -> int:
+        """Units the uncharged calls took (0 at the standard rate 0; module docstring)."""
+        with self._lock:
+            return self._call_units_locked()
+
+    @property
+    def units(self) -> int:
+        """Units spent: charged rollouts and what uncharged calls took."""
+        return self.charged + self.call_units
+
+    @property
     def available(self) -> int:
         """Units that a `reserve` could still grant."""
-        return self.total - self.charged - self.in_flight
+        return max(0, self.total - self.units - self.in_flight)
 
     @property
     def exhausted(self) -> bool:
-        return self.charged >= self.total
+        return self.units >= self.total
 
     # --- reservations ---------------------------------------------------------------------
     def reserve(self, n: int = 1, *, exact: bool = False) -> Reservation:
@@ -143,14 +162,21 @@ class BudgetLedger:
         with self._lock:
             if self.watch.tripped is not None:
                 raise self.watch.tripped
-            free = self.total - self.charged - sum(r.remaining for r in self._open.values())
+            held = sum(r.remaining for r in self._open.values())
+            free = self.total - self.charged - self._call_units_locked() - held
             if free <= 0 or (exact and free < n):
                 raise BudgetExhausted(f"budget of {self.total} rollouts: {self.charged} charged, "
-                                      f"{self.total - self.charged - free} in flight, "
-                                      f"{n} requested")
+                                      f"{held} in flight, {self._call_units_locked()} taken by "
+                                      f"uncharged calls, {n} requested")
             reservation = Reservation(next(self._ids), min(n, free))
             self._open[reservation.id] = reservation
             return reservation
+
+    def _call_units_locked(self) -> int:
+        if not self.uncharged_rate:
+            return 0
+        calls = sum(count(usage.get("calls")) for usage in self.uncharged.values())
+        return math.ceil(self.uncharged_rate * calls - 1e-9)
 
     def commit(self, reservation: Reservation) -> None:
         """Charge one unit of `reservation` (a usable rollout)."""
@@ -266,6 +292,7 @@ class BudgetLedger:
         """A JSON-able snapshot (in-flight units excluded: they are not charged)."""
         with self._lock:
             return {"total": self.total, "charged": self.charged, "retries": self.retries,
+                    "uncharged_rate": self.uncharged_rate,
                     "infra_failures": self.infra_failures, "abandoned": self.abandoned,
                     "refused": self.refused,
                     "failed_attempt_tokens": dict(self.failed_attempt_tokens),
@@ -280,7 +307,8 @@ class BudgetLedger:
             if self._open:
                 raise BudgetError("load_state with reservations open")
             for name in ("total", "retries", "charged", "infra_failures", "abandoned",
-                         "refused", "failed_attempt_tokens", "watch", "uncharged"):
+                         "refused", "failed_attempt_tokens", "watch", "uncharged",
+                         "uncharged_rate"):
                 setattr(self, name, getattr(restored, name))
 
     def count_abandoned(self, tries: int) -> None:
@@ -293,7 +321,8 @@ class BudgetLedger:
     def from_state(cls, state: dict[str, Any]) -> BudgetLedger:
         """Rebuild a ledger from `state()`; raises `BudgetError` naming a bad field."""
         try:
-            ledger = cls(state["total"], retries=state.get("retries", INFRA_RETRIES))
+            ledger = cls(state["total"], retries=state.get("retries", INFRA_RETRIES),
+                         uncharged_rate=float(state.get("uncharged_rate", 0.0)))
             charged = state["charged"]
             if not isinstance(charged, int) or not 0 <= charged <= ledger.total:
                 raise BudgetError(f"ledger state: charged={charged!r} outside 0..{ledger.total}")

@@ -23,9 +23,16 @@ unmet ones as text. A job is judged once, when its directory is made.
 | method_settings   | the method's reference defaults (no `--set` override)                  |
 | seed_prompts      | every role's seed text hashes as in `configs/prompts/hashes.json`       |
 | opt_tests         | optimization rollouts graded on all private tests (`--opt-tests` unset) |
+| selection         | the method selects on the validation split (`--selection validation`)  |
+| feedback          | reflection sees the failing train test whole (`--feedback full`)        |
+| uncharged_cost    | uncharged calls take no budget (`--uncharged-cost 0`)                   |
 
 `opt_tests` is a requirement because grading optimize rollouts on fewer tests changes the
 reward every method optimizes: such a job answers another question than the standard one.
+`selection`, `feedback` and `uncharged_cost` too: `--selection train` (the gate a held-out test
+for every method), `--feedback verdict` and `--uncharged-cost R` (a compute-matched budget) are
+variants a study may run beside the standard, named as deviations so that aggregate never
+pools them with it.
 
 Prompt manifest (`configs/prompts/hashes.json`): `{"prompts": {topology: {role: sha256}}}` of
 each role file's text as `lcb.agents.prompts.load_role_prompt` reads it. After a deliberate
@@ -51,6 +58,7 @@ from lcb.agents.prompts import (  # the hashes are re-exported
 )
 from lcb.data.hub import HUB_DATASET
 from lcb.io import write_json
+from lcb.registry import FEEDBACK_MODES, SELECTIONS
 
 if TYPE_CHECKING:
     from lcb.optimize.artifacts import JobSpec
@@ -129,6 +137,9 @@ def check(spec: JobSpec, *, splits: Splits, reference: Reference) -> list[Requir
         _seed_prompts(spec.seed_prompts, reference.prompt_hashes),
         Requirement(name="opt_tests", seen=spec.opt_tests, met=spec.opt_tests is None,
                     expected=None),
+        _req("selection", spec.selection, SELECTIONS[0]),
+        _req("feedback", spec.feedback, FEEDBACK_MODES[0]),
+        _req("uncharged_cost", spec.uncharged_cost, 0.0),
     ]
 
 

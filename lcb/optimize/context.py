@@ -17,7 +17,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +72,16 @@ class JobContext:
     """The `OptimizeContext` of one job's optimize phase (see the module docstring)."""
 
     def __init__(self, *, cell: TeamCell, seed_bundle: Mapping[str, str], data: OptimizerData,
-                 ledger: BudgetLedger, optimizer_seed: int, runner: TeamRunner,
-                 calls: ModelCalls, job_dir: Path) -> None:
+                 labelled: Iterable[Problem], ledger: BudgetLedger, optimizer_seed: int,
+                 runner: TeamRunner, calls: ModelCalls, job_dir: Path,
+                 feedback: str = "full") -> None:
         self.cell, self.data, self.ledger = cell, data, ledger
         self.seed_bundle = freeze(seed_bundle)
         self.optimizer_seed = optimizer_seed
-        self.evaluator = JobEvaluator(seed_bundle=self.seed_bundle, data=data, ledger=ledger,
-                                      optimizer_seed=optimizer_seed, runner=runner,
-                                      job_dir=job_dir)
+        self.evaluator = JobEvaluator(seed_bundle=self.seed_bundle, data=data,
+                                      labelled={problem.id: problem for problem in labelled},
+                                      ledger=ledger, optimizer_seed=optimizer_seed,
+                                      runner=runner, job_dir=job_dir, feedback=feedback)
         self.models = JobModels(calls, self.roles)
         self.recorder = JobRecorder(job_dir, evaluator=self.evaluator, calls=calls)
         self._graph: Any = None

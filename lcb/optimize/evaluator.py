@@ -5,6 +5,11 @@ Contract:
   and any bundle that does not keep exactly the seed's roles (`BundleError`). It seeds the
   team run from (optimizer seed, optimize phase, iteration, row)
   (`lcb.optimize.seeds.optimize_scope`).
+- What the method gets back (`lcb.optimize.sealing`): the team runs and is graded on the
+  labelled row (`labelled`, which only the protocol holds; the method's problems of its
+  selection set carry no hidden tests). A rollout on a selection-set row, and every rollout
+  when `feedback="verdict"`, comes back `verdict_only`: the score, the verdict and the error,
+  never the failing test's input or expected output. The journal keeps the whole rollout.
 - Replay (`lcb.optimize.journal`): a rollout key (bundle, row, iteration, mask) already in the
   journal is never run again. The first time this process asks for a journaled key (a resumed
   job retracing its path) the journaled rollout is charged again in the ledger, which a
@@ -36,16 +41,18 @@ from lcb.optimize.method import Rollout
 from lcb.optimize.outcomes import Misconfigured
 from lcb.optimize.seeds import optimize_scope
 from lcb.optimize.splits import OptimizerData
-from lcb.optimize.teamrun import TeamRunner, refusal_of
+from lcb.optimize.teamrun import TeamRunner, refusal_of, verdict_only
 
 
 class JobEvaluator:
     """The `Evaluator` of one job's optimize phase (see the module docstring)."""
 
     def __init__(self, *, seed_bundle: Mapping[str, str], data: OptimizerData,
-                 ledger: BudgetLedger, optimizer_seed: int, runner: TeamRunner,
-                 job_dir: Path) -> None:
+                 labelled: Mapping[str, Problem], ledger: BudgetLedger, optimizer_seed: int,
+                 runner: TeamRunner, job_dir: Path, feedback: str = "full") -> None:
         self.seed_bundle, self.data, self.ledger = seed_bundle, data, ledger
+        self.labelled, self.feedback = labelled, feedback
+        self._selection = frozenset(problem.id for problem in data.validation)
         self.optimizer_seed, self.runner = optimizer_seed, runner
         self.journal = RolloutJournal(Path(job_dir))
         self.last_iteration = 0
@@ -57,6 +64,20 @@ class JobEvaluator:
                       active: frozenset[str] | None = None) -> Rollout | None:
         """One rollout of `bundle` on a train/validation `problem` (module docstring)."""
         self.data.problem(problem.id)  # raises SplitLeak for a test row, KeyError for others
+        labelled = self.labelled[problem.id]
+        result = await self._rollout(bundle, labelled, iteration=iteration, active=active)
+        return self._shown(result, labelled)
+
+    def _shown(self, rollout: Rollout | None, problem: Problem) -> Rollout | None:
+        """What the method may see of `rollout` (module docstring)."""
+        if rollout is None:
+            return None
+        if problem.id in self._selection or self.feedback == "verdict":
+            return verdict_only(rollout, tests_of=self.runner.tests_of(problem))
+        return rollout
+
+    async def _rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
+                       active: frozenset[str] | None) -> Rollout | None:
         problems = check_bundle(bundle, seed=self.seed_bundle)
         if problems:
             raise BundleError(problems)

@@ -59,6 +59,7 @@ from lcb.optimize.splits import (
     load_split_source,
     splits_from_loaded,
 )
+from lcb.registry import FEEDBACK_MODES, SELECTIONS
 
 log = logging.getLogger("lcb.optimize")
 SPLITS_FILE = "splits.json"
@@ -99,6 +100,10 @@ class JobConfig:
     check_endpoints: bool = True
     cache: Path | None = None  # the response cache's directory (`lcb.agents.cache`)
     replay: bool = False  # every model call from the cache alone: no endpoint at all
+    selection: str = "validation"  # the method's selection set: validation, or carved from train
+    feedback: str = "full"  # what a method learns of a failed train rollout (FEEDBACK_MODES)
+    uncharged_cost: float = 0.0  # budget units per uncharged call (0: the standard protocol)
+    curve: bool = False  # once the gate is sealed, score the learning curve (lcb.optimize.curves)
 
     def __post_init__(self) -> None:
         if self.phase not in tuple(JobPhase):
@@ -112,6 +117,12 @@ class JobConfig:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.opt_tests is not None and self.opt_tests < 1:
             raise ValueError(f"opt_tests must be >= 1 (or unset: all tests), got {self.opt_tests}")
+        if not 0 <= self.uncharged_cost < float("inf"):
+            raise ValueError(f"uncharged_cost must be a number >= 0, got {self.uncharged_cost}")
+        for name, known in (("selection", SELECTIONS), ("feedback", FEEDBACK_MODES)):
+            if getattr(self, name) not in known:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; known: "
+                                 f"{', '.join(known)}")
 
 
 def resolve_splits(config: JobConfig) -> Splits:

@@ -2,7 +2,7 @@
 
 Contract of `read_cost(job_dir, budget=...)`:
 - Returns `{"budget", "charged", "proposals", "accepted", "infra_failures", "uncharged",
-  "source"}` where
+  "phases", "rows", "gate", "source"}` where
   `uncharged` is `{kind: {"calls", "prompt_tokens", "completion_tokens",
   "n_calls_without_usage"}}` for every kind in `KINDS` (zeros when the job made no such call;
   tokens by `lcb.agents.usage`'s rule: None when no call of the kind reported usage, a file
@@ -15,6 +15,12 @@ Contract of `read_cost(job_dir, budget=...)`:
   `charged` (and `uncharged`) are None when neither file records them. `infra_failures`:
   rollout attempts that failed for infrastructure (an endpoint, a timeout, grading that failed:
   an exception or an `infra` grade), from the ledger; None when no file records it.
+- `phases` (`lcb.optimize.phasecost.phase_cost`: calls and tokens per phase, model and kind,
+  wall time) and where the method's charged rollouts ran, `rows` (train / validation counts)
+  and `gate`: `held_out` when no validation row was run during optimize, else `reused` (the
+  method selected on the rows the gate scores again). `phases` from the job's files when they
+  are there (with the wall times `result.json` leaves out), the others from `result.json`'s
+  `cost` when it records them; else from the files (a job written before these existed).
 - Older ledgers keyed uncharged usage by purpose ("gepa:reflect:coder"); `kind_of` maps a key
   to its kind: one of `KINDS` as is, else "judge" or "probe" when the key contains that word,
   else "reflect". Usage of keys that map to one kind is summed.
@@ -32,6 +38,7 @@ from typing import Any
 from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, sum_usage
 from lcb.io import BadJson, loads
 from lcb.optimize.artifacts import Artifact, ArtifactError
+from lcb.optimize.phasecost import journal_lines, phase_cost
 
 KINDS = ("reflect", "judge", "probe")
 USAGE_KEYS = ("calls", *TOKEN_KEYS, WITHOUT_USAGE)
@@ -61,7 +68,7 @@ def read_cost(job_dir: Path, *, budget: int | None) -> dict[str, Any]:
     declared = _json(result_file).get("cost") if result_file.exists() else None
     if declared is not None and not isinstance(declared, dict):
         raise ArtifactError(f"{result_file}: cost must be an object, got {declared!r}")
-    fallback = _fallback(job_dir, budget=budget)
+    fallback = {**_fallback(job_dir, budget=budget), **_spent(job_dir, declared or {})}
     if not declared:
         return fallback
     where = f"{result_file}: cost"
@@ -70,7 +77,32 @@ def read_cost(job_dir: Path, *, budget: int | None) -> dict[str, Any]:
             for key in ("budget", "charged", "proposals", "accepted", "infra_failures")}
     uncharged = (_by_kind(declared["uncharged"], f"{where}.uncharged")
                  if "uncharged" in declared else fallback["uncharged"])
-    return {**cost, "uncharged": uncharged, "source": Artifact.RESULT.value}
+    extra = {key: fallback[key] for key in ("phases", "rows", "gate")}
+    return {**cost, "uncharged": uncharged, **extra, "source": Artifact.RESULT.value}
+
+
+def _spent(job_dir: Path, declared: dict[str, Any]) -> dict[str, Any]:
+    """`phases`, `rows` and `gate` (module docstring): from the job's files when it has them
+    (with each phase's wall time), else as `result.json` declares them."""
+    found = {key: declared[key] for key in ("phases", "rows", "gate") if key in declared}
+    if (job_dir / LEDGER).exists() or "phases" not in found:
+        found["phases"] = phase_cost(job_dir)
+    if "rows" not in found or "gate" not in found:
+        found.update(gate_record(job_dir))
+    return found
+
+
+def gate_record(job_dir: Path) -> dict[str, Any]:
+    """Where the charged rollouts ran (`rows`) and so the gate (module docstring); both None
+    without the job's split file."""
+    splits_file = Path(job_dir) / "splits.json"
+    if not splits_file.exists():
+        return {"rows": None, "gate": None}
+    validation = set(_json(splits_file).get("validation") or ())
+    ids = [line.get("id") for line in journal_lines(job_dir)]
+    on_validation = sum(row in validation for row in ids)
+    return {"rows": {"train": len(ids) - on_validation, "validation": on_validation},
+            "gate": "reused" if on_validation else "held_out"}
 
 
 def _fallback(job_dir: Path, *, budget: int | None) -> dict[str, Any]:

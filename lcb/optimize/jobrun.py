@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -25,11 +26,14 @@ from lcb.optimize import conformance, phases, provenance
 from lcb.optimize.artifacts import Artifact, JobSpec
 from lcb.optimize.calls import reflection_config
 from lcb.optimize.cell import TeamCell
+from lcb.optimize.curves import CURVE_FILE, run_curve
 from lcb.optimize.job import SPLITS_FILE, JobConfig, JobPhase, pending_phases
 from lcb.optimize.jobdir import open_job_dir, pin_seed_bundle
 from lcb.optimize.method import Optimizer
 from lcb.optimize.methods import resolve_settings
-from lcb.optimize.splits import DEFAULT_SPLITS_PATH, Splits
+from lcb.optimize.phasecost import record_wall
+from lcb.optimize.sealing import SELECTION_SEED
+from lcb.optimize.splits import DEFAULT_SPLITS_PATH, Splits, selection_rows
 from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
@@ -42,7 +46,8 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     """Run the phases of a job whose input `lcb.optimize.job.run_job` checked (module doc)."""
     reflection = config.reflection or reflection_config(config.model)
     spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
-    finished = (config.out / Artifact.RESULT).exists()
+    finished = (config.out / Artifact.RESULT).exists() and (
+        not config.curve or (config.out / CURVE_FILE).exists())
     if config.check_endpoints and not config.replay and not finished:
         await check_endpoint(config.model)
         other = (reflection.model_id, reflection.base_url) != (config.model.model_id,
@@ -56,14 +61,36 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     todo = pending_phases(config, out)
     log.info("job %s: phases to run: %s", out, ", ".join(todo) or "none")
     job = phases.PhaseJob(out=out, cell=cell, seed_bundle=seed, splits=splits,
-                          optimizer_seed=config.seed, data=config.data, release=config.release)
+                          optimizer_seed=config.seed, data=config.data, release=config.release,
+                          selection=config.selection, feedback=config.feedback,
+                          uncharged_cost=config.uncharged_cost)
+    curve = config.curve and not (out / CURVE_FILE).exists()
     with GradingPool(config.grade_workers, sandbox=config.sandbox) as pool:
-        if todo:  # prove the grader works here before the first rollout
+        if todo or curve:  # prove the grader works here before the first rollout
             await asyncio.get_running_loop().run_in_executor(None, preflight, pool)
         for phase in todo:
             await _run_phase(phase, job, config, pool, optimizer=optimizer,
                              reflection=reflection)
-    return phases.summary(out, spec, ran=[phase.value for phase in todo])
+        ran = [phase.value for phase in todo]
+        if config.curve and (out / Artifact.SELECTION).exists() and not (out / CURVE_FILE).exists():
+            await _run_curve(job, config, pool)
+            ran.append("curve")
+    return phases.summary(out, spec, ran=ran)
+
+
+async def _run_curve(job: phases.PhaseJob, config: JobConfig, pool: GradingPool) -> None:
+    """The learning curve (`lcb.optimize.curves`) on a greedy runtime, like validate's."""
+    started = time.monotonic()
+    runtime = TeamRuntime(replace(config.model, temperature=0.0),
+                          cache=open_cache(config.cache, replay=config.replay),
+                          purpose=JobPhase.VALIDATE.value)
+    try:
+        team = phases.runner(job, runtime, pool, concurrency=config.concurrency,
+                             run_timeout_s=config.run_timeout_s)
+        await run_curve(job, team, method=config.method, budget=config.budget)
+    finally:
+        await runtime.aclose()
+        record_wall(job.out, "curve", time.monotonic() - started)
 
 
 def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: ModelConfig, *,
@@ -83,12 +110,22 @@ def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: Mode
                    splits_digest=conformance.splits_digest(splits), grader=GRADER,
                    sandbox=config.sandbox, opt_tests=config.opt_tests,
                    method_settings=method_settings,
+                   selection=config.selection, selection_split=_carved(splits, config.selection),
+                   feedback=config.feedback, uncharged_cost=config.uncharged_cost,
                    seed_prompts=bundle_hashes(seed),
                    provenance=provenance.collect(task=config.model, reflection=reflection,
                                                  grader=GRADER, sandbox=config.sandbox,
                                                  judge_sampling=judge))
     return spec.model_copy(update={"conformance": conformance.check(
         spec, splits=splits, reference=_reference(config.method, cell))})
+
+
+def _carved(splits: Splits, selection: str) -> dict[str, Any] | None:
+    """The `--selection train` carve of the train split, as `job.json` records it."""
+    if selection != "train":
+        return None
+    train, chosen = selection_rows(splits, selection)
+    return {"seed": SELECTION_SEED, "train": list(train), "selection": list(chosen)}
 
 
 def _reference(method: str, cell: TeamCell) -> conformance.Reference:
@@ -102,7 +139,9 @@ def _reference(method: str, cell: TeamCell) -> conformance.Reference:
 async def _run_phase(phase: JobPhase, job: phases.PhaseJob, config: JobConfig,
                      pool: GradingPool, *, optimizer: Optimizer,
                      reflection: ModelConfig) -> None:
-    """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise."""
+    """One phase on its own runtime: sampled for optimize, greedy (temperature 0) otherwise.
+    Its wall time in this session goes to the job's `phase_times.json`, finished or not."""
+    started = time.monotonic()
     greedy = phase is not JobPhase.OPTIMIZE
     runtime = TeamRuntime(replace(config.model, temperature=0.0) if greedy else config.model,
                           cache=open_cache(config.cache, replay=config.replay),
@@ -120,3 +159,4 @@ async def _run_phase(phase: JobPhase, job: phases.PhaseJob, config: JobConfig,
             await phases.run_test(job, team)
     finally:
         await runtime.aclose()
+        record_wall(job.out, phase.value, time.monotonic() - started)

@@ -44,8 +44,15 @@ from lcb.optimize.jobcost import read_cost
 from lcb.optimize.journal import ABANDONED_LOG, ROLLOUT_LOG, TRANSCRIPTS
 from lcb.optimize.method import Optimizer
 from lcb.optimize.outcomes import Misconfigured
+from lcb.optimize.phasecost import phase_cost
 from lcb.optimize.recorder import CHECKPOINT_FILE
-from lcb.optimize.splits import Splits, load_optimizer_data, load_test_problems
+from lcb.optimize.splits import (
+    OptimizerData,
+    Splits,
+    load_optimizer_rows,
+    load_test_problems,
+    load_validation_problems,
+)
 from lcb.optimize.teamrun import TeamCell, TeamRunner
 from lcb.runs.rundir import now_iso
 from lcb.teams.common import TeamRuntime
@@ -65,6 +72,9 @@ class PhaseJob:
     optimizer_seed: int
     data: str | None
     release: str
+    selection: str = "validation"  # where the method's selection set comes from (SELECTIONS)
+    feedback: str = "full"  # what a method learns of a failed train rollout (FEEDBACK_MODES)
+    uncharged_cost: float = 0.0  # budget units per uncharged call (`BudgetLedger`)
 
     def evaluation(self, phase: str, label: str, bundle: Mapping[str, str]) -> Evaluation:
         return Evaluation(self.out, phase, label, dict(bundle), self.optimizer_seed)
@@ -104,15 +114,17 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
     interrupted optimization is resumed: its journal is replayed (`lcb.optimize.evaluator`).
     """
     _fresh_start(job.out)
-    data = load_optimizer_data(job.splits, data=job.data, release=job.release)
-    ledger = BudgetLedger(budget)
+    rows = load_optimizer_rows(job.splits, data=job.data, release=job.release,
+                               selection=job.selection)
+    data = OptimizerData(job.splits, rows, selection=job.selection)
+    ledger = BudgetLedger(budget, uncharged_rate=job.uncharged_cost)
     calls = ModelCalls(reflection=reflection, task=team.runtime.config, ledger=ledger,
                        optimizer_seed=job.optimizer_seed, journal=CallJournal(job.out),
                        cache=team.runtime.cache,
                        slots={team.runtime.config.base_urls: team.runtime.gateway.slots})
-    ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, ledger=ledger,
-                     optimizer_seed=job.optimizer_seed, runner=team, calls=calls,
-                     job_dir=job.out)
+    ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, labelled=rows,
+                     ledger=ledger, optimizer_seed=job.optimizer_seed, runner=team,
+                     calls=calls, job_dir=job.out, feedback=job.feedback)
     if len(ctx.journal):
         log.info("optimize: resuming; %d journaled rollout(s) are replayed without model calls",
                  len(ctx.journal))
@@ -148,8 +160,7 @@ async def run_validate(job: PhaseJob, team: TeamRunner) -> SelectionDecision:
     if not history or history[-1].kind != "final":
         raise JobError(f"{job.out} has no finished optimization: run the optimize phase first")
     incumbent = history[-1].bundle
-    problems = list(load_optimizer_data(job.splits, data=job.data,
-                                        release=job.release).validation)
+    problems = load_validation_problems(job.splits, data=job.data, release=job.release)
     seed_records = await evaluate(team, problems, job.evaluation("validate", "seed",
                                                                  job.seed_bundle))
     same = bundle_hash(incumbent) == bundle_hash(job.seed_bundle)
@@ -193,8 +204,11 @@ def _cost(out: Path) -> dict[str, Any]:
     ledger = json.loads((out / LEDGER_FILE).read_text(encoding="utf-8"))
     cost = read_cost(out, budget=int(ledger["total"]))
     cost.pop("source", None)
+    spent = BudgetLedger.from_state(ledger)
     return {**cost, "replays": int(ledger.get("replays", 0)),
-            "infra_failures": int(ledger.get("infra_failures", 0))}
+            "infra_failures": int(ledger.get("infra_failures", 0)),
+            "uncharged_rate": spent.uncharged_rate, "units": spent.units,
+            "phases": phase_cost(out, wall=False)}  # wall times: phase_times.json
 
 
 def _scores(bundle: Mapping[str, str], records: Mapping[str, Mapping[str, Any]]) -> ScoreSummary:

@@ -7,6 +7,7 @@ Contract:
 - `parse_assignments(["minibatch=4", "reflection.limits.clip_chars=900", "note=abc"])` gives
   `{"minibatch": 4, "reflection.limits.clip_chars": 900, "note": "abc"}`: a value is parsed as
   JSON, else kept as the string. A missing `=` or an empty key raises `SettingsError`.
+  `assignments(nested)` writes nested settings back as such pairs (values as JSON).
 - `resolve(cls, overrides, method=...)` returns the full settings (defaults included) as a
   nested JSON dict: what `job.json` records as `method_settings`. Keys are field names; a field
   of a nested dataclass is addressed with dots (`reflection.records_per_reflection`), or the
@@ -51,6 +52,18 @@ def parse_assignments(items: Iterable[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             parsed[key] = raw
     return parsed
+
+
+def assignments(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The inverse of `parse_assignments` for nested settings: `{"a": {"b": 1}}` ->
+    `["a.b=1"]`, every value as JSON (so a string that looks like a number stays a string)."""
+    pairs: list[str] = []
+    for name, value in settings.items():
+        if isinstance(value, Mapping):
+            pairs += assignments(value, f"{prefix}{name}.")
+        else:
+            pairs.append(f"{prefix}{name}={json.dumps(value)}")
+    return pairs
 
 
 def known_keys(cls: type) -> list[str]:

@@ -20,9 +20,10 @@ the seed and the sizes, and `source`: the load's source (for the hub: `repo`, `r
 the resolved commit `revision`) plus `rows` (rows read) and `usable` (rows split).
 
 Guards:
-- `OptimizerData` holds train and validation problems only; asking it for any other id, or
-  building it with a test problem, raises `SplitLeak`. `load_optimizer_data` loads just those
-  ids (`Selection(only=...)`), so test rows are never even decoded in the optimize phase.
+- `OptimizerData` holds train and selection-set problems only (validation rows sealed); asking
+  it for any other id, or building it with a test problem, raises `SplitLeak`.
+  `load_optimizer_rows` loads just those ids (`Selection(only=...)`), so test rows are never
+  even decoded in the optimize phase.
 - `load_test_problems(splits, job_dir=...)` loads the test split only after the job's
   `selection.json` exists and is a sealed, valid selection (`lcb.optimize.artifacts`);
   otherwise it raises `SelectionNotSealed`. A test row the data no longer yields as usable
@@ -50,6 +51,8 @@ from lcb.data.manifest import MANIFEST_PATH, eval_ids
 from lcb.data.problems import Problem
 from lcb.io import write_json
 from lcb.optimize.artifacts import STANDARD_SPLIT_SIZES, ArtifactError, read_selection
+from lcb.optimize.sealing import carve_selection, seal, selection_size
+from lcb.registry import SELECTIONS
 
 SPLIT_SEED = 20230501  # release_v1's first contest month; fixed forever for reproducibility
 STANDARD_SIZES = STANDARD_SPLIT_SIZES
@@ -244,11 +247,16 @@ def _mismatch(name: str, recorded: Mapping[str, Any], source: Mapping[str, Any])
 
 
 class OptimizerData:
-    """The only view of the data an optimizer gets: train and validation problems."""
+    """The only view of the data a method gets: its train problems, and its selection set's
+    problems with their hidden tests sealed (`lcb.optimize.sealing`). The selection set is the
+    validation split, or under `selection="train"` a set carved from train (the validation
+    split is then not in the view at all). `sizes` gives the two sets' sizes."""
 
-    def __init__(self, splits: Splits, problems: Iterable[Problem]) -> None:
-        self.splits = splits
-        allowed = set(splits.train) | set(splits.validation)
+    def __init__(self, splits: Splits, problems: Iterable[Problem], *,
+                 selection: str = "validation") -> None:
+        self.splits, self.selection = splits, selection
+        train, chosen = selection_rows(splits, selection)
+        allowed = set(train) | set(chosen)
         by_id: dict[str, Problem] = {}
         for problem in problems:
             if problem.id in splits.test:
@@ -259,9 +267,13 @@ class OptimizerData:
         if missing:
             raise SplitError(f"{len(missing)} train/validation row(s) not in the data, e.g. "
                              f"{missing[:5]}: was the split file made from another dataset?")
-        self._by_id = by_id
-        self.train = tuple(by_id[i] for i in splits.train)
-        self.validation = tuple(by_id[i] for i in splits.validation)
+        self.train = tuple(by_id[i] for i in train)
+        self.validation = tuple(seal(by_id[i]) for i in chosen)
+        self._by_id = {problem.id: problem for problem in (*self.train, *self.validation)}
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "selection": len(self.validation)}
 
     def problem(self, row_id: str) -> Problem:
         """A train or validation problem; a test id raises `SplitLeak`."""
@@ -286,11 +298,38 @@ def _load_ids(splits: Splits, ids: Sequence[str], data: str | None, release: str
     return loaded
 
 
+def selection_rows(splits: Splits, selection: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(train ids, selection-set ids) of a method under `selection` (`SELECTIONS`)."""
+    if selection == "validation":
+        return splits.train, splits.validation
+    if selection == "train":
+        return carve_selection(splits.train, selection_size(len(splits.train),
+                                                            len(splits.validation)))
+    raise ValueError(f"unknown selection {selection!r}; known: {', '.join(SELECTIONS)}")
+
+
+def load_optimizer_rows(splits: Splits, *, data: str | None = None, release: str = "release_v1",
+                        selection: str = "validation") -> list[Problem]:
+    """The labelled rows of the optimize phase: train and validation, or train alone under
+    `selection="train"` (test rows are not read). Only the protocol holds these; a method
+    gets `OptimizerData` over them."""
+    train, chosen = selection_rows(splits, selection)
+    return _load_ids(splits, tuple(dict.fromkeys(train + chosen)), data, release).problems
+
+
 def load_optimizer_data(splits: Splits, *, data: str | None = None,
-                        release: str = "release_v1") -> OptimizerData:
-    """Load the train and validation rows only (test rows are not read)."""
-    ids = splits.train + splits.validation
-    return OptimizerData(splits, _load_ids(splits, ids, data, release).problems)
+                        release: str = "release_v1",
+                        selection: str = "validation") -> OptimizerData:
+    """A method's view (`OptimizerData`) of freshly loaded rows (test rows are not read)."""
+    rows = load_optimizer_rows(splits, data=data, release=release, selection=selection)
+    return OptimizerData(splits, rows, selection=selection)
+
+
+def load_validation_problems(splits: Splits, *, data: str | None = None,
+                             release: str = "release_v1") -> list[Problem]:
+    """The labelled validation rows, for the protocol's gate (never a method's)."""
+    by_id = {p.id: p for p in _load_ids(splits, splits.validation, data, release).problems}
+    return [by_id[i] for i in splits.validation if i in by_id]
 
 
 def load_test_problems(splits: Splits, *, job_dir: Path, data: str | None = None,

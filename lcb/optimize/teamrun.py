@@ -92,10 +92,12 @@ CUT_NOTE = "the final answer was cut at the max_tokens limit (finish_reason=leng
 
 
 def feedback_text(result: TeamResult, grade: Grade | None, *,
-                  tests_of: tuple[int, int] | None = None) -> str:
+                  tests_of: tuple[int, int] | None = None, labels: bool = True) -> str:
     """What a reflective method reads about one graded run ("" when it passed). `tests_of` =
     (k, N) notes that only the first k of the N hidden tests were graded; a failed run whose
-    submitted answer was cut at max_tokens (`fields["truncated"]`) says so (`CUT_NOTE`)."""
+    submitted answer was cut at max_tokens (`fields["truncated"]`) says so (`CUT_NOTE`).
+    Without `labels` the failing test's input, expected and actual output are left out
+    (`lcb.optimize.sealing.verdict_only`)."""
     cut = [CUT_NOTE] if result.fields.get("truncated") else []
     if grade is None:
         return "\n".join(["no program: the team's final answer held no complete ```python code "
@@ -108,9 +110,10 @@ def feedback_text(result: TeamResult, grade: Grade | None, *,
     if fb is None:
         return "\n".join([f"failed: {grade.passed} of {grade.total} hidden tests passed", *note])
     lines = [f"hidden test {fb.test_index + 1} of {grade.total} failed: {fb.verdict.value} "
-             f"({grade.passed} passed before it)", *note,
-             f"input:\n{fb.input}", f"expected output:\n{fb.expected}"]
-    if fb.actual:
+             f"({grade.passed} passed before it)", *note]
+    if labels:
+        lines += [f"input:\n{fb.input}", f"expected output:\n{fb.expected}"]
+    if labels and fb.actual:
         lines.append(f"program output:\n{fb.actual}")
     if fb.error:
         lines.append(f"error:\n{fb.error}")
@@ -143,6 +146,19 @@ async def run_team(cell: TeamCell, problem: Problem, runtime: TeamRuntime, *,
         spent = ctx.result(code=None, final_text="", transcript=[])
         raise InfraFailure(f"team run timed out after {timeout_s:g}s",
                            usage=usage_of(spent)) from None
+
+
+def verdict_only(rollout: Rollout, *, tests_of: tuple[int, int] | None) -> Rollout:
+    """`rollout` as a method sees it when labels are not its to read (`lcb.optimize.sealing`):
+    the grade's feedback keeps the failing test's index, verdict and the program's error text,
+    never the test's input, expected output or the program's output; `feedback` is rebuilt
+    from what is left. A rollout with no failing test's feedback comes back as it is."""
+    grade = rollout.grade
+    if grade is None or grade.feedback is None:
+        return rollout
+    bare = replace(grade, feedback=replace(grade.feedback, input="", expected="", actual=""))
+    return replace(rollout, grade=bare,
+                   feedback=feedback_text(rollout.team, bare, tests_of=tests_of, labels=False))
 
 
 class TeamRunner:
@@ -195,6 +211,10 @@ class TeamRunner:
         return Rollout(score=float(grade.em) if grade else 0.0,
                        feedback=feedback_text(result, grade, tests_of=tests_of), grade=grade,
                        **done)
+
+    def tests_of(self, problem: Problem) -> tuple[int, int] | None:
+        """(k, N) when optimize rollouts grade only the first k of the N hidden tests."""
+        return self._tests(problem, self.opt_tests)[1]
 
     @staticmethod
     def _tests(problem: Problem, limit: int | None

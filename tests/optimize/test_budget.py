@@ -346,3 +346,25 @@ def test_an_abstaining_team_neither_confirms_the_endpoint_nor_breaks_a_streak():
     with pytest.raises(Misconfigured, match="first rollout"):
         ledger.run_rollout(refusal("a"))
     assert ledger.charged == 1  # the abstention stays charged, the refusal is refunded
+
+
+def test_uncharged_calls_take_budget_units_at_the_uncharged_rate():
+    ledger = BudgetLedger(5, uncharged_rate=0.5)
+    for _ in range(3):  # 1.5 units: a part of a unit takes a whole one
+        ledger.record_uncharged("judge", prompt_tokens=10, completion_tokens=2)
+    assert (ledger.call_units, ledger.units, ledger.available) == (2, 2, 3)
+    held = ledger.reserve(5)
+    assert held.granted == 3  # all that is left
+    for _ in range(3):
+        ledger.commit(held)
+    with pytest.raises(BudgetExhausted, match="2 taken by uncharged calls"):
+        ledger.reserve()
+    ledger.record_uncharged("reflect")  # counted once no unit is left, never refused
+    assert (ledger.charged, ledger.units, ledger.available, ledger.exhausted) == (3, 5, 0, True)
+    again = BudgetLedger.from_state(ledger.state())
+    assert (again.uncharged_rate, again.units) == (0.5, 5)
+    standard = BudgetLedger(5)
+    standard.record_uncharged("judge", calls=40)
+    assert (standard.units, standard.available) == (0, 5)  # the standard protocol: free
+    with pytest.raises(ValueError, match="uncharged_rate"):
+        BudgetLedger(5, uncharged_rate=-1)

@@ -25,7 +25,8 @@ from lcb.optimize.teamrun import TeamCell
 
 NAMES = ["budget", "task_sampling", "reflection_model", "data_source", "release", "revision",
          "test_split_rule", "split_sizes", "split_contents", "grader", "sandbox", "team",
-         "method_settings", "seed_prompts", "opt_tests"]
+         "method_settings", "seed_prompts", "opt_tests", "selection", "feedback",
+         "uncharged_cost"]
 TASK, BIG = "Qwen/Qwen3.5-9B", "big-org/Reflector-70B"
 CELL = TeamCell("sequential")
 SEED = seed_bundle("sequential", CELL.roles)
@@ -103,7 +104,8 @@ def test_split_contents_need_the_standard_split_file():
                                                            "test": 3}, "split_sizes"),
     ("grader", "fast", "grader"), ("sandbox", "none", "sandbox"),
     ("team_size", CELL.size + 1, "team"), ("communication", "json", "team"),
-    ("opt_tests", 3, "opt_tests"),
+    ("opt_tests", 3, "opt_tests"), ("selection", "train", "selection"),
+    ("feedback", "verdict", "feedback"), ("uncharged_cost", 0.5, "uncharged_cost"),
 ])
 def test_each_deviation_is_named(field, value, name):
     job = judged(spec(**{field: value}))
