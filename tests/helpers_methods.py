@@ -377,14 +377,16 @@ def check_three_phases(job: MethodJob) -> None:
       history and the summary say were charged, never more than the budget; every team run of
       the optimize phase (sampled, so temperature != 0) is one of them;
     - rollouts only on train/validation rows; test rows reach the model only once
-      `selection.json` exists, and no other row is sent after it;
+      `selection.json` exists, and no other row is sent after it (but validation rows for
+      the learning curve, `--curve`, which is scored after the seal);
     - `selection.json` follows the validation records and the rule (strictly better);
     - `result.json`, `test.json` and the summary agree with the test records;
     - the learning curve's rule for the method (`lcb.optimize.curves.RULES`) reads the method's
       final incumbent from its history, so the curve's points are the method's own choices."""
     out, budget, splits, summary = job.out, job.budget, job.splits, job.summary
     assert summary["status"] == "complete", summary
-    assert summary["phases_run"] == ["optimize", "validate", "test"]
+    assert summary["phases_run"] in (["optimize", "validate", "test"],
+                                     ["optimize", "validate", "test", "curve"])
     cell = TeamCell(summary["topology"], summary["team_size"])
     seed = seed_bundle(cell.topology, cell.roles)
 
@@ -413,7 +415,8 @@ def check_three_phases(job: MethodJob) -> None:
     test_ids = set(splits.test)
     sent_test = [sealed for pid, sealed in job.team.seen if pid in test_ids]
     assert sent_test and all(sent_test), "a test row reached the model before the seal"
-    assert not any(sealed for pid, sealed in job.team.seen if pid not in test_ids)
+    after = set(splits.validation) if "curve" in summary["phases_run"] else set()
+    assert not any(sealed for pid, sealed in job.team.seen if pid not in test_ids | after)
     assert {pid for pid, _ in job.team.seen} <= optimizable | test_ids
     selection = read_selection(out)
     incumbent = history[-1].bundle

@@ -24,6 +24,7 @@ method's own incumbent is the seed, and so is the deployed bundle: nothing was b
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class PlantedModel:
     responders: Sequence[Responder]
     uncharged: list[str] = field(default_factory=list)
     team_requests: list[dict] = field(default_factory=list)
+    uncharged_texts: list[str] = field(default_factory=list)
 
     def __call__(self, request: dict) -> object:
         text = message_text(request)
@@ -85,6 +87,7 @@ class PlantedModel:
             answer = responder(text)
             if answer is not None:
                 self.uncharged.append(responder.__name__)
+                self.uncharged_texts.append(text)
                 return answer
         self.team_requests.append(request)
         return self.team(_without_demos(request))
@@ -110,13 +113,38 @@ def run_planted(scripted: Callable[..., Any], tmp_path: Path, monkeypatch: Any, 
     model = PlantedModel(team, [*responders, *RESPONDERS])
     server = scripted(model)
     config = job_config(server.base_url, out, method=method, budget=budget, topology=topology,
-                        team_size=team_size, method_settings=dict(settings or {}))
+                        team_size=team_size, method_settings=dict(settings or {}), curve=True)
     summary = asyncio.run(run_job(config))
     assert not server.script_errors, server.script_errors[0]
     job = MethodJob(out=out, budget=budget, splits=SPLITS, team=team, model=model,  # type: ignore[arg-type]
                     summary=summary)
     check_three_phases(job)
+    check_validation_sealed(model.uncharged_texts)
+    check_curve(job)
     return PlantedOutcome(job, answering_role, control)
+
+
+def check_validation_sealed(asked: Sequence[str]) -> None:
+    """No reflect, judge or probe request of the job quotes a validation row's hidden test:
+    its input or its expected output, as a failing test's feedback would show them."""
+    validation = {p.id: p for p in sample_problems() if p.id in SPLITS.validation}
+    quoted = [f"input:\n{test.input[:60]}" for p in validation.values()
+              for test in p.private_tests]
+    quoted += [f"expected output:\n{test.output[:60]}" for p in validation.values()
+               for test in p.private_tests if len(test.output.strip()) >= 8]
+    leaks = [q for q in quoted for text in asked if q in text]
+    assert not leaks, leaks[:2]
+
+
+def check_curve(job: MethodJob) -> None:
+    """`--curve` drew the method's curve: four budget fractions, the last one the incumbent
+    the gate scored, the baseline the seed's validation score."""
+    curve = json.loads((job.out / "curve.json").read_text())
+    selection = read_selection(job.out)
+    assert [p["fraction"] for p in curve["points"]] == [0.1, 0.25, 0.5, 1.0]
+    assert curve["seed"] == selection.seed_score
+    assert curve["points"][-1]["score"] == selection.incumbent_score
+    assert curve["points"][-1]["bundle_hash"] == selection.incumbent_hash
 
 
 def assert_fix_deployed(outcome: PlantedOutcome) -> None:

@@ -66,6 +66,7 @@ class Artifact(StrEnum):
     TEST = "test.json"
     RESULT = "result.json"
     SEED = "seed_bundle.json"
+    CURVE = "curve.json"  # --curve (lcb.optimize.curves)
 
 
 class _Model(BaseModel):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcb.io import write_json
-from lcb.optimize.artifacts import HistoryEntry, read_history, read_selection
+from lcb.optimize.artifacts import Artifact, HistoryEntry, read_history, read_selection
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.errors import JobError
 from lcb.optimize.evaluation import evaluate, score
@@ -40,7 +40,7 @@ from lcb.optimize.splits import load_validation_problems
 from lcb.optimize.teamrun import TeamRunner
 
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
-CURVE_FILE = "curve.json"
+CURVE_FILE = Artifact.CURVE.value
 RULES: Mapping[str, tuple[str, str | None]] = {
     "identity": ("latest", None), "gepa": ("best", "val"), "mipro": ("best", "val"),
     "mamut_gepa": ("best", "val"), "tavo": ("latest", None), "maspo": ("latest", None),

@@ -16,7 +16,7 @@ Contract of `read_cost(job_dir, budget=...)`:
   rollout attempts that failed for infrastructure (an endpoint, a timeout, grading that failed:
   an exception or an `infra` grade), from the ledger; None when no file records it.
 - `phases` (`lcb.optimize.phasecost.phase_cost`: calls and tokens per phase, model and kind,
-  wall time) and where the method's charged rollouts ran, `rows` (train / validation counts)
+  wall time; None for a job with neither a ledger nor a declared one) and where the method's charged rollouts ran, `rows` (train / validation counts)
   and `gate`: `held_out` when no validation row was run during optimize, else `reused` (the
   method selected on the rows the gate scores again). `phases` from the job's files when they
   are there (with the wall times `result.json` leaves out), the others from `result.json`'s
@@ -85,10 +85,12 @@ def _spent(job_dir: Path, declared: dict[str, Any]) -> dict[str, Any]:
     """`phases`, `rows` and `gate` (module docstring): from the job's files when it has them
     (with each phase's wall time), else as `result.json` declares them."""
     found = {key: declared[key] for key in ("phases", "rows", "gate") if key in declared}
-    if (job_dir / LEDGER).exists() or "phases" not in found:
+    if (job_dir / LEDGER).exists():
         found["phases"] = phase_cost(job_dir)
+    found.setdefault("phases", None)  # no ledger and nothing declared: unknown, not zero
     if "rows" not in found or "gate" not in found:
-        found.update(gate_record(job_dir))
+        for key, value in gate_record(job_dir).items():
+            found.setdefault(key, value)
     return found
 
 

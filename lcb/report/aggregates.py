@@ -19,7 +19,9 @@ Contract of `build(sources, title=..., baseline=...)`:
   verdicts differ. A results summary names its predictions file as given to `lcb score`; a
   relative name is looked up beside the results file, then from the working directory.
 - `grid`: `lcb.report.grid.groups` of the optimizer jobs (each with `details` per seed), the
-  `heatmap` panels (one per dataset × model), `incomplete` jobs, and the statistics' settings.
+  `heatmap` panels (one per dataset × model), `deploy_rates` per (method, gate)
+  (`lcb.optimize.aggregate.deploy_rates`), the learning-curve axes (`curves`:
+  `lcb.report.grid.curve_panels`), `incomplete` jobs, and the statistics' settings.
 - Paths (a condition's, a seed's job folder, an incomplete job, a local dataset) are written
   as `Sources.shown` gives them: relative to the folder holding the inputs, never absolute.
 - `notes`: the contamination note when a condition or job used release_v1.
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lcb import __version__
-from lcb.optimize.aggregate import FinishedJob
+from lcb.optimize.aggregate import FinishedJob, deploy_rates
 from lcb.registry import INTERACTING_TOPOLOGIES
 from lcb.report import flips, grid, metrics
 from lcb.report.collect import Condition, ReportError, Sources
@@ -157,6 +159,7 @@ def _grid(jobs: list[FinishedJob], incomplete: list[dict[str, str]], resamples: 
         _portable(row, shown)
     incomplete = [{**entry, "path": shown(entry["path"])} for entry in incomplete]
     return {"groups": rows, "heatmap": grid.heatmap(rows), "incomplete": incomplete,
+            "deploy_rates": deploy_rates(rows), "curves": grid.curve_panels(rows),
             "settings": {"bootstrap_resamples": resamples, "bootstrap_rng_seed": PAIRED_SEED,
                          "ci_level": CI_LEVEL, "holm_family": ["dataset", "model"],
                          "alpha": grid.ALPHA,
@@ -169,8 +172,8 @@ def build(sources: Sources, *, title: str = "lcb report", baseline: Path | None 
     """The report's aggregates (module contract)."""
     conds = sources.conditions
     rows = [{"label": c.label, "provenance": metrics.provenance(c, shown=sources.shown),
-             "scores": metrics.scores(c),
-             "health": metrics.health(c)} for c in conds]
+             "scores": metrics.scores(c), "health": metrics.health(c),
+             "reference": is_reference(c)} for c in conds]
     _pareto(rows)
     base = choose_baseline(conds, baseline)
     pairs = ([flips.pair(base, c) for c in conds if c is not base and not is_reference(c)]

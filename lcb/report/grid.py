@@ -190,6 +190,42 @@ def _bundles(job: FinishedJob, history: list) -> tuple[dict[str, str], dict[str,
     return seed, dict(history[-1].bundle) if history else dict(seed)
 
 
+def _curve_file(job: FinishedJob) -> dict[str, Any] | None:
+    """The job's `curve.json` (`--curve`); None without one, `ReportError` when malformed."""
+    path = job.path / Artifact.CURVE
+    if not path.is_file():
+        return None
+    try:
+        curve = json.loads(path.read_text(encoding="utf-8"))
+        points = [(float(p["fraction"]), float(p["score"])) for p in curve["points"]]
+        return {"seed": float(curve["seed"]), "points": points}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{path}: not a learning curve ({exc})") from None
+
+
+def curve_panels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One axis per (dataset, model, column) whose jobs hold a learning curve: per method the
+    mean validation score over its seeds at each budget fraction, and the seed's mean score
+    (the baseline). Only seeds with `curve.json` count."""
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        curves = [d["budget_curve"] for d in row.get("details", []) if d.get("budget_curve")]
+        if not curves:
+            continue
+        key = (str(row["dataset"]), str(row["model"]), row["column"])
+        panel = found.setdefault(key, {"seeds": [], "methods": {}})
+        points = panel["methods"].setdefault(row["row"], {})
+        for curve in curves:
+            panel["seeds"].append(curve["seed"])
+            for fraction, value in curve["points"]:
+                points.setdefault(fraction, []).append(value)
+    return [{"dataset": dataset, "model": model, "column": column,
+             "seed": sum(panel["seeds"]) / len(panel["seeds"]),
+             "methods": {label: [[f, sum(v) / len(v)] for f, v in sorted(points.items())]
+                         for label, points in panel["methods"].items()}}
+            for (dataset, model, column), panel in sorted(found.items())]
+
+
 def seed_detail(job: FinishedJob) -> dict[str, Any]:
     """One seed's page data (module contract)."""
     history = read_history(job.path)
@@ -209,5 +245,6 @@ def seed_detail(job: FinishedJob) -> dict[str, Any]:
             "wall_s": _span([e.time for e in history]),
             "deviations": list(job.spec.deviations),
             "curve": curve, "rejected": rejected, "lineage": lineage,
+            "budget_curve": _curve_file(job),
             "prompt_diff": {role: word_diff(seed.get(role, ""), deployed.get(role, ""))
                             for role in roles}}

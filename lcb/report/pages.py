@@ -51,11 +51,13 @@ def _svgs(report: dict[str, Any]) -> dict[str, str]:
     grid = report["grid"]
     return {"conditions": plots.pass_by_condition(rows),
             "teams": plots.teams(report["teams"], rows),
-            "difficulty": plots.grouped(rows, "by_difficulty"),
-            "platform": plots.grouped(rows, "by_platform"),
-            "month": plots.grouped(rows, "by_month"),
+            "difficulty": plots.grouped(rows, "by_difficulty", title="by difficulty"),
+            "platform": plots.grouped(rows, "by_platform", title="by platform"),
+            "month": plots.grouped(rows, "by_month", title="by contest month"),
             "pareto": plots.pareto(rows),
-            "heatmaps": [plots.heatmap(panel, grid["groups"]) for panel in grid["heatmap"]]}
+            "heatmaps": [plots.heatmap(panel, grid["groups"]) for panel in grid["heatmap"]],
+            "delta_tokens": plots.delta_vs_tokens(grid["groups"]),
+            "curves": [plots.budget_curves(panel) for panel in grid["curves"]]}
 
 
 def _changes(report: dict[str, Any]) -> dict[str, list[str]]:

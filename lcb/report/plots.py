@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import matplotlib
+from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -70,12 +71,15 @@ def pass_by_condition(rows: list[dict[str, Any]]) -> str:
 
 
 @styled
-def grouped(rows: list[dict[str, Any]], key: str, *, ylabel: str = "pass@1") -> str:
+def grouped(rows: list[dict[str, Any]], key: str, *, ylabel: str = "pass@1",
+            title: str = "") -> str:
     """pass@1 per group (`by_difficulty`, `by_platform`, `by_month`), one bar per condition."""
     names = list(dict.fromkeys(n for r in rows for n in r["scores"][key]))
     if not names:
         return ""
-    fig, ax = _axes(max(3.5, 0.5 * len(names) * max(len(rows), 1) + 1), 2.6)
+    # wide, the legend below: side by side at 1400 px, three narrow panels with their
+    # legends beside them left the bars a few pixels wide
+    fig, ax = _axes(max(6.5, 0.35 * len(names) * max(len(rows), 1) + 1.5), 3.2)
     width = 0.8 / len(rows)
     for i, row in enumerate(rows):
         values = [row["scores"][key].get(n, {}).get("em", 0.0) for n in names]
@@ -85,7 +89,9 @@ def grouped(rows: list[dict[str, Any]], key: str, *, ylabel: str = "pass@1") -> 
                   ha="right")
     ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, frameon=False, bbox_to_anchor=(1, 1), loc="upper left")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.3),
+              ncol=min(len(rows), 4))
     return _svg(fig)
 
 
@@ -152,7 +158,7 @@ def heatmap(layout: dict[str, Any], groups: list[dict[str, Any]]) -> str:
     rows, cols = layout["rows"], layout["columns"]
     scale = max([abs(g["delta_mean"]) for g in groups] + [1.0])
     cmap = matplotlib.colormaps["RdBu"]
-    fig, ax = _axes(1.3 * len(cols) + 1.5, 0.6 * len(rows) + 1)
+    fig, ax = _axes(max(4.0, 1.3 * len(cols) + 1.5), 0.6 * len(rows) + 1.2)
     for i, row in enumerate(rows):
         for j, col in enumerate(cols):
             cell = layout["cells"].get(f"{row}|{col}")
@@ -174,8 +180,58 @@ def heatmap(layout: dict[str, Any], groups: list[dict[str, Any]]) -> str:
     ax.tick_params(length=0)
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
-    ax.set_title(f"Δ pass@1 (points), deployed − seed: {layout['dataset']} · "
+    # two short lines: one long line was cut at both ends on a narrow (one-column) panel
+    ax.set_title(f"Δ pass@1 (points), deployed − seed\n{layout['dataset']} · "
                  f"{layout['model']}", fontsize=9)
+    return _svg(fig)
+
+
+@styled
+def delta_vs_tokens(groups: list[dict[str, Any]]) -> str:
+    """Each group's Δ (with its CI) against the whole job's tokens (mean over seeds), one
+    colour per method: what a Δ cost. Groups whose tokens are unknown have no point."""
+    known = [g for g in groups if (g["cost"].get("total_tokens_mean") is not None
+                                   and g["delta_mean"] is not None)]
+    if not known:
+        return ""
+    methods = list(dict.fromkeys(g["method"] for g in known))
+    labelled: set[str] = set()  # one legend entry per method
+    fig, ax = _axes(5.0, 3.0)
+    for g in known:
+        color = COLORS[methods.index(g["method"]) % len(COLORS)]
+        x, y = g["cost"]["total_tokens_mean"], g["delta_mean"]
+        low, high = g["ci"] or (y, y)
+        ax.errorbar([x], [y], yerr=[[y - low], [high - y]], fmt="o", ms=4, capsize=2,
+                    color=color, label=None if g["method"] in labelled else g["method"])
+        labelled.add(g["method"])
+    ax.axhline(0, color="#888", lw=0.8, ls="--")
+    if all(g["cost"]["total_tokens_mean"] > 0 for g in known):
+        ax.set_xscale("log")  # plain numbers: without mathtext, 10^4 would print as TeX
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_xlabel("total tokens per job (every phase, task + reflection)")
+    ax.set_ylabel("Δ pass@1 (points, 95% CI)")
+    ax.legend(fontsize=7, frameon=False, bbox_to_anchor=(1, 1), loc="upper left")
+    return _svg(fig)
+
+
+@styled
+def budget_curves(panel: dict[str, Any]) -> str:
+    """Every method's incumbent at each budget fraction, scored on validation (mean over
+    seeds), on one axis; the seed bundle's score dashed (`lcb.report.grid.curve_panels`)."""
+    if not panel["methods"]:
+        return ""
+    fig, ax = _axes(5.0, 3.0)
+    for i, (label, points) in enumerate(panel["methods"].items()):
+        ax.plot([100 * p[0] for p in points], [p[1] for p in points], "-o", ms=3,
+                color=COLORS[i % len(COLORS)], label=label)
+    if panel["seed"] is not None:
+        ax.axhline(panel["seed"], color="#888", lw=1, ls="--", label="seed bundle")
+    ax.set_xlabel("budget spent (%)")
+    ax.set_ylabel("validation pass@1")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{panel['dataset']} · {panel['model']} · {panel['column']}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False, bbox_to_anchor=(1, 1), loc="upper left")
     return _svg(fig)
 
 

@@ -4,8 +4,10 @@ Contract of `tables(report)`: `{file name: text}` with `runs.md` / `runs.tex` (p
 problems, pass@1 with its 95 % CI, extracted and truncation rates, tokens per problem
 ("unknown" when a server reported no usage), wall time), `grid.md` / `grid.tex` when the
 report holds optimizer groups (per group: method, dataset, topology, team size, message
-format, model, seeds, baseline, deployed, Δ mean ± std, CI, significant seeds after Holm,
-conformance) and `flips.md` / `flips.tex` when there is a
+format, model, seeds, baseline, deployed, Δ mean ± std, CI, the whole job's compute beside it
+(total tokens and calls, means over seeds: every phase, task and reflection model), seeds
+deployed, the gates they met (held out / reused), significant seeds after Holm, conformance)
+and `flips.md` / `flips.tex` when there is a
 baseline to compare with. Numbers are the report's, rounded for print: rates as percentages to
 one decimal. LaTeX cells are escaped (`latex`: the specials, and the non-ASCII signs the tables
 use, as commands pdflatex knows), Markdown cells escape `|`; the tables use booktabs rules.
@@ -82,10 +84,19 @@ def _runs(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _amount(value: float | None) -> str:
+    """A mean of counts: "unknown" when not known (`lcb.optimize.aggregate`)."""
+    return "unknown" if value is None else f"{value:.0f}"
+
+
+def _gates(gates: dict[str, int]) -> str:
+    return ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in gates.items()) or "—"
+
+
 def _grid(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["method", "dataset", "topology", "team size", "messages", "model", "seeds",
-              "baseline", "deployed", "Δ mean ± std", "95% CI", "significant (Holm)",
-              "conformant"]
+              "baseline", "deployed", "Δ mean ± std", "95% CI", "total tokens", "total calls",
+              "deployed / seeds", "gate", "significant (Holm)", "conformant"]
     rows = []
     for g in report["grid"]["groups"]:
         std = "—" if g["delta_std"] is None else f"{g['delta_std']:.1f}"
@@ -95,6 +106,9 @@ def _grid(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                      g["communication"] or "—", str(g["model"]), str(g["n_seeds"]),
                      f"{g['baseline_mean']:.1f}", f"{g['deployed_mean']:.1f}",
                      f"{_signed(g['delta_mean'])} ± {std}", ci,
+                     _amount(g["cost"].get("total_tokens_mean")),
+                     _amount(g["cost"].get("total_calls_mean")),
+                     f"{g['deployed_n']}/{g['n_seeds']}", _gates(g["cost"].get("gates") or {}),
                      f"{g['n_significant']}/{g['n_seeds']}",
                      "yes" if g["conformant"] else "no"])
     return header, rows

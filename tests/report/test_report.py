@@ -281,7 +281,7 @@ def test_tables_in_markdown_and_latex(built):
     assert r"\toprule" in runs_tex and r"single\_default" in runs_tex
     grid_md = (out / "tables" / "grid.md").read_text()
     assert ("| gepa | lcb | single | — | — | qwen | 2 | 0.0 | 95.8 | +95.8 ± 5.9 | "
-            "[+87.5, +100.0] | 2/2 | yes |") in grid_md
+            "[+87.5, +100.0] | unknown | unknown | 2/2 | — | 2/2 | yes |") in grid_md
     assert "| no |" in grid_md
     assert "| decentralized | 6 | 3 | 2 | 1 | 0 | +16.7 | 1 |" in (
         out / "tables" / "flips.md").read_text()
