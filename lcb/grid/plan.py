@@ -143,8 +143,12 @@ def _shared_flags(spec: GridSpec) -> list[str]:
     s = spec.settings
     given = {"--data": s.data, "--release": s.release, "--sandbox": s.sandbox,
              "--concurrency": s.concurrency, "--budget": s.budget, "--opt-tests": s.opt_tests,
-             "--grader": s.grader, "--limit": s.limit, "--max-requests": s.max_requests}
+             "--grader": s.grader, "--limit": s.limit, "--max-requests": s.max_requests,
+             "--selection": s.selection, "--feedback": s.feedback,
+             "--uncharged-cost": s.uncharged_cost}
     flags = [w for flag, value in given.items() if value is not None for w in (flag, str(value))]
+    if s.curve:
+        flags.append("--curve")
     return flags + _sampling_flags(s.sampling)
 
 

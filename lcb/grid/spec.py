@@ -5,8 +5,9 @@ Contract:
   names the file and every bad field by its dotted path (`models.qwen.endpoints.0: ...`);
   unknown fields are errors too, so a typo never silently does nothing.
 - `kind` is `optimize` (each job is one `lcb optimize` job) or `run` (each job is one `lcb run`
-  batch); a setting that only one kind takes (`budget`, `opt_tests`, `method_settings` and
-  the `methods` axis for optimize; `grader`, `limit` for run) is refused on the other.
+  batch); a setting that only one kind takes (`budget`, `opt_tests`, `selection`,
+  `feedback`, `uncharged_cost`, `curve`, `method_settings` and the `methods` axis for
+  optimize; `grader`, `limit` for run) is refused on the other.
 - Axes: `methods`, `topologies`, `team_sizes`, `communications`, `models`, `seeds`. Values are
   checked against the known ones (`lcb.registry`'s `METHODS`, `TOPOLOGIES`, `COMMUNICATIONS`),
   an axis given is neither empty nor repeats a value, and `true` is no seed or team size.
@@ -35,9 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lcb.registry import (
     COMMUNICATIONS,
     DEFAULT_COMMUNICATION,
+    FEEDBACK_MODES,
     GRADERS,
     METHODS,
     SANDBOXES,
+    SELECTIONS,
     SINGLE,
     TOPOLOGIES,
 )
@@ -96,6 +99,10 @@ class Settings(_Strict):
     concurrency: int | None = Field(default=None, ge=1)
     max_requests: int | None = Field(default=None, ge=1)
     limit: int | None = Field(default=None, ge=1)
+    selection: Literal[SELECTIONS] | None = None  # type: ignore[valid-type]
+    feedback: Literal[FEEDBACK_MODES] | None = None  # type: ignore[valid-type]
+    uncharged_cost: float | None = Field(default=None, ge=0)
+    curve: bool | None = None
     sampling: Sampling = Sampling()
 
 
@@ -236,7 +243,9 @@ def _kind_only(spec: GridSpec) -> str | None:
     """The first setting given that the grid's kind does not take (None: all fine)."""
     s = spec.settings
     only = {"optimize": {"methods": spec.methods, "method_settings": spec.method_settings,
-                         "settings.budget": s.budget, "settings.opt_tests": s.opt_tests},
+                         "settings.budget": s.budget, "settings.opt_tests": s.opt_tests,
+                         "settings.selection": s.selection, "settings.feedback": s.feedback,
+                         "settings.uncharged_cost": s.uncharged_cost, "settings.curve": s.curve},
             "run": {"settings.grader": s.grader, "settings.limit": s.limit}}
     for kind, fields in only.items():
         if kind == spec.kind:

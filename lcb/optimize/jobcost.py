@@ -16,9 +16,10 @@ Contract of `read_cost(job_dir, budget=...)`:
   rollout attempts that failed for infrastructure (an endpoint, a timeout, grading that failed:
   an exception or an `infra` grade), from the ledger; None when no file records it.
 - `phases` (`lcb.optimize.phasecost.phase_cost`: calls and tokens per phase, model and kind,
-  wall time; None for a job with neither a ledger nor a declared one) and where the method's charged rollouts ran, `rows` (train / validation counts)
-  and `gate`: `held_out` when no validation row was run during optimize, else `reused` (the
-  method selected on the rows the gate scores again). `phases` from the job's files when they
+  wall time; None for a job with neither a ledger nor a declared one) and where the method's
+  charged rollouts ran, `rows` (train / validation counts) and `gate`: `held_out` when no
+  validation row was run during optimize, else `reused` (the method selected on the rows the
+  gate scores again). `phases` from the job's files when they
   are there (with the wall times `result.json` leaves out), the others from `result.json`'s
   `cost` when it records them; else from the files (a job written before these existed).
 - Older ledgers keyed uncharged usage by purpose ("gepa:reflect:coder"); `kind_of` maps a key

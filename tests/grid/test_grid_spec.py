@@ -84,6 +84,16 @@ def test_method_settings_become_set_flags_with_dotted_keys(tmp_path):
     assert "--set" not in identity.argv
 
 
+def test_the_protocol_variants_become_the_jobs_flags(tmp_path):
+    spec = spec_of(tmp_path, settings={"data": "sample", "selection": "train",
+                                       "feedback": "verdict", "uncharged_cost": 0.5,
+                                       "curve": True})
+    argv = plan(spec)[0].argv
+    assert argv[argv.index("--selection"):argv.index("--selection") + 6] == (
+        "--selection", "train", "--feedback", "verdict", "--uncharged-cost", "0.5")
+    assert "--curve" in argv
+
+
 def test_exclusions_match_partially_with_lists_and_negations(tmp_path):
     spec = spec_of(tmp_path, methods=["identity", "gepa", "tavo"],
                    exclude=[{"topology": "single",  # mipro: a known method, off the axis
@@ -133,6 +143,9 @@ def test_plan_output_and_logs_show_endpoints_without_credentials(tmp_path):
      "models.m.endpoints: an endpoint must start with http:// or https://"),
     ({"models": {}}, "models: Dictionary should have at least 1 item"),
     ({"settings": {"grader": "official"}}, "settings.grader: only a run grid takes it"),
+    ({"kind": "run", "methods": [], "settings": {"curve": True}},
+     "settings.curve: only an optimize grid takes it"),
+    ({"settings": {"selection": "test"}}, "settings.selection: Input should be 'validation'"),
     ({"kind": "run"}, "methods: only an optimize grid takes it"),
     ({"method_settings": {"tavo": {}}}, "method_settings.tavo: not one of the grid's methods"),
     ({"exclude": [{"topo": "single"}]}, "exclude.0.topo: not an axis"),
