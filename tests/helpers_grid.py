@@ -40,7 +40,8 @@ def small_grid(base_url: str, **overrides: Any) -> dict[str, Any]:
         "team_sizes": [2],
         "models": {"scripted": {"id": MODEL, "endpoints": [base_url]}},
         "seeds": [0, 1],
-        "settings": {"data": "sample", "budget": 4, "concurrency": 3},
+        "settings": {"data": "sample", "budget": 4, "concurrency": 3,
+                     "allow_small_budget": True},  # gepa's 4 buy no proposal: fast jobs
     }
     spec.update(overrides)
     return spec

@@ -2,9 +2,10 @@
 
 Both take the same flags (`--method --dataset --topology --model --seed --out --team-size
 --communication --budget --phase --data --release --concurrency --max-requests --splits --set
---opt-tests --sandbox --selection --feedback --uncharged-cost --curve --restart-optimization
---cache --replay --from`, and the generation flags `--temperature --top-p --max-tokens
---thinking/--no-thinking --request-timeout --queue-timeout` of `lcb.cli.options`:
+--opt-tests --sandbox --selection --feedback --uncharged-cost --curve --allow-small-budget
+--restart-optimization --cache --replay --from`, and the generation flags `--temperature
+--top-p --max-tokens --thinking/--no-thinking --request-timeout --queue-timeout` of
+`lcb.cli.options`:
 temperature and top-p sample the optimize phase's team runs, validation and test stay greedy;
 `--cache DIR` / `--replay`: the response cache of `lcb.agents.cache`; `--max-requests N`: the
 model requests in flight at most over the whole job, team runs and reflect / judge / probe calls
@@ -20,7 +21,8 @@ with the settings it records (`lcb.cli.rerun`); flags given beside it win.
 Exit codes: 0 done; 1 the model endpoint does not answer, or refuses the job's requests
 (HTTP 400 on its first calls or on 10 rows in a row: misconfigured, nothing charged); 2 bad
 input (unknown method, method setting or topology, unusable data or splits, a changed seed
-prompt, an `--out` holding another job, a phase whose earlier phase is missing); 3 an
+prompt, an `--out` holding another job, a phase whose earlier phase is missing, a budget
+that buys the method nothing without `--allow-small-budget`); 3 an
 evaluation left items failed for infrastructure reasons (rerun to retry them); 4 the method
 or a team crashed (traceback on stderr); 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM:
 both stop the job cleanly (no traceback), and rerunning the same command resumes it. Heavy
@@ -162,6 +164,12 @@ def optimize(
                                           help="Budget units each reflect / judge / probe call "
                                                "takes (a compute-matched budget). "
                                                "Non-standard: > 0.")] = 0.0,
+    allow_small_budget: Annotated[bool, _opt("--allow-small-budget", panel=_PROTOCOL,
+                                             help="Run a method even when --budget cannot "
+                                                  "buy it one scored proposal (it then keeps "
+                                                  "the seed); without it such a job stops "
+                                                  "before any work, naming the budget that "
+                                                  "would.")] = False,
     curve: Annotated[bool, _opt("--curve", panel=_PROTOCOL,
                                 help="Once the gate is sealed, score the incumbent at 10, 25, "
                                      "50 and 100 % of the budget on the validation split "
@@ -206,7 +214,8 @@ def optimize(
                            method_settings=parse_assignments(set_ or []), opt_tests=opt_tests,
                            sandbox=sandbox, restart_optimization=restart_optimization,
                            cache=cache, replay=replay, selection=selection, feedback=feedback,
-                           uncharged_cost=uncharged_cost, curve=curve)
+                           uncharged_cost=uncharged_cost, curve=curve,
+                           allow_small_budget=allow_small_budget)
         summary = asyncio.run(run_until_term(run_job(config)))
     except (EndpointError, Misconfigured) as exc:
         raise _fail(str(exc), 1) from None

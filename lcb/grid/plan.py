@@ -147,8 +147,8 @@ def _shared_flags(spec: GridSpec) -> list[str]:
              "--selection": s.selection, "--feedback": s.feedback,
              "--uncharged-cost": s.uncharged_cost}
     flags = [w for flag, value in given.items() if value is not None for w in (flag, str(value))]
-    if s.curve:
-        flags.append("--curve")
+    flags += [flag for flag, on in (("--curve", s.curve),
+                                    ("--allow-small-budget", s.allow_small_budget)) if on]
     return flags + _sampling_flags(s.sampling)
 
 

@@ -6,8 +6,8 @@ Contract:
   unknown fields are errors too, so a typo never silently does nothing.
 - `kind` is `optimize` (each job is one `lcb optimize` job) or `run` (each job is one `lcb run`
   batch); a setting that only one kind takes (`budget`, `opt_tests`, `selection`,
-  `feedback`, `uncharged_cost`, `curve`, `method_settings` and the `methods` axis for
-  optimize; `grader`, `limit` for run) is refused on the other.
+  `feedback`, `uncharged_cost`, `curve`, `allow_small_budget`, `method_settings` and the
+  `methods` axis for optimize; `grader`, `limit` for run) is refused on the other.
 - Axes: `methods`, `topologies`, `team_sizes`, `communications`, `models`, `seeds`. Values are
   checked against the known ones (`lcb.registry`'s `METHODS`, `TOPOLOGIES`, `COMMUNICATIONS`),
   an axis given is neither empty nor repeats a value, and `true` is no seed or team size.
@@ -103,6 +103,7 @@ class Settings(_Strict):
     feedback: Literal[FEEDBACK_MODES] | None = None  # type: ignore[valid-type]
     uncharged_cost: float | None = Field(default=None, ge=0)
     curve: bool | None = None
+    allow_small_budget: bool | None = None
     sampling: Sampling = Sampling()
 
 
@@ -245,7 +246,8 @@ def _kind_only(spec: GridSpec) -> str | None:
     only = {"optimize": {"methods": spec.methods, "method_settings": spec.method_settings,
                          "settings.budget": s.budget, "settings.opt_tests": s.opt_tests,
                          "settings.selection": s.selection, "settings.feedback": s.feedback,
-                         "settings.uncharged_cost": s.uncharged_cost, "settings.curve": s.curve},
+                         "settings.uncharged_cost": s.uncharged_cost, "settings.curve": s.curve,
+                         "settings.allow_small_budget": s.allow_small_budget},
             "run": {"settings.grader": s.grader, "settings.limit": s.limit}}
     for kind, fields in only.items():
         if kind == spec.kind:

@@ -2,7 +2,9 @@
 
 Contract: `TeamCell(topology, team_size, communication)` names a job's team and knows its prompt
 slots (`roles`) and agent ids (`agents`); an unknown topology, size or format raises
-`ValueError` naming the bad value, at construction. `check_method_fits(method, topology)`
+`ValueError` naming the bad value, at construction. `TeamFacts` gives a class holding a
+`cell` and a `seed_bundle` the `TeamSpec` properties (`lcb.optimize.method`).
+`check_method_fits(method, topology)`
 refuses a multi-agent method (`TEAM_METHODS`) on the single-agent team, naming the methods it
 gets. `DEFAULT_RUN_TIMEOUT_S` bounds one team run
 (`lcb.optimize.teamrun`). Imports the registry and the team layouts only (no model stack), so a
@@ -11,8 +13,10 @@ job can refuse a bad team at once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from lcb.registry import SEED_ROLES, SINGLE, SINGLE_AGENT_METHODS, TEAM_METHODS, TOPOLOGIES
 from lcb.teams.formats import parse_format
@@ -69,3 +73,37 @@ class TeamCell:
         if self.is_single:
             return SEED_ROLES[SINGLE]
         return team_layout(self.topology, self.size).roles
+
+
+class TeamFacts:
+    """The `TeamSpec` facts of a job read from its `cell` and `seed_bundle` (set by the class
+    that mixes this in): topology, team size, message format, roles, agents, the team graph."""
+
+    cell: TeamCell
+    seed_bundle: Mapping[str, str]
+
+    @property
+    def topology(self) -> str:
+        return self.cell.topology
+
+    @property
+    def team_size(self) -> int:
+        return self.cell.size
+
+    @property
+    def communication(self) -> str:
+        return self.cell.communication
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.seed_bundle)
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return self.cell.agents
+
+    @cached_property
+    def graph(self) -> Any:
+        from lcb.optimize.graph import team_graph  # the team layouts' graph: loaded when asked
+
+        return team_graph(self.cell)

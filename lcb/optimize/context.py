@@ -25,6 +25,7 @@ from lcb.data.problems import Problem
 from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.bundle import Bundle, freeze, validate_bundle
 from lcb.optimize.calls import CallKind, ModelCalls, probe_messages, prompt_messages
+from lcb.optimize.cell import TeamFacts
 from lcb.optimize.evaluator import JobEvaluator
 from lcb.optimize.journal import HistoryLog, RolloutJournal
 from lcb.optimize.method import Rollout
@@ -68,7 +69,7 @@ class JobModels:
         return self._embedder.embed(list(texts))
 
 
-class JobContext:
+class JobContext(TeamFacts):
     """The `OptimizeContext` of one job's optimize phase (see the module docstring)."""
 
     def __init__(self, *, cell: TeamCell, seed_bundle: Mapping[str, str], data: OptimizerData,
@@ -84,37 +85,8 @@ class JobContext:
                                       runner=runner, job_dir=job_dir, feedback=feedback)
         self.models = JobModels(calls, self.roles)
         self.recorder = JobRecorder(job_dir, evaluator=self.evaluator, calls=calls)
-        self._graph: Any = None
 
-    # --- TeamSpec -----------------------------------------------------------------------
-    @property
-    def topology(self) -> str:
-        return self.cell.topology
-
-    @property
-    def team_size(self) -> int:
-        return self.cell.size
-
-    @property
-    def communication(self) -> str:
-        return self.cell.communication
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return tuple(self.seed_bundle)
-
-    @property
-    def agents(self) -> tuple[str, ...]:
-        return self.cell.agents
-
-    @property
-    def graph(self) -> Any:
-        if self._graph is None:
-            from lcb.optimize.graph import team_graph
-
-            self._graph = team_graph(self.cell)
-        return self._graph
-
+    # --- TeamSpec: TeamFacts ---------------------------------------------------------
     def validate(self, bundle: Mapping[str, object]) -> Bundle:
         return validate_bundle(bundle, seed=self.seed_bundle)
 

@@ -104,6 +104,7 @@ class JobConfig:
     feedback: str = "full"  # what a method learns of a failed train rollout (FEEDBACK_MODES)
     uncharged_cost: float = 0.0  # budget units per uncharged call (0: the standard protocol)
     curve: bool = False  # once the gate is sealed, score the learning curve (lcb.optimize.curves)
+    allow_small_budget: bool = False  # run a method its budget buys nothing (lcb.optimize.sizing)
 
     def __post_init__(self) -> None:
         if self.phase not in tuple(JobPhase):

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from lcb.agents.cache import open_cache
@@ -23,7 +24,7 @@ from lcb.agents.prompts import bundle_hashes
 from lcb.grading import GradingPool
 from lcb.grading.preflight import preflight
 from lcb.optimize import conformance, phases, provenance
-from lcb.optimize.artifacts import Artifact, JobSpec
+from lcb.optimize.artifacts import Artifact, JobSpec, read_history
 from lcb.optimize.calls import reflection_config
 from lcb.optimize.cell import TeamCell
 from lcb.optimize.curves import CURVE_FILE, run_curve
@@ -33,7 +34,14 @@ from lcb.optimize.method import Optimizer
 from lcb.optimize.methods import resolve_settings
 from lcb.optimize.phasecost import record_wall
 from lcb.optimize.sealing import SELECTION_SEED
-from lcb.optimize.splits import DEFAULT_SPLITS_PATH, Splits, selection_rows
+from lcb.optimize.sizing import SizingView, check_budget
+from lcb.optimize.splits import (
+    DEFAULT_SPLITS_PATH,
+    OptimizerData,
+    Splits,
+    load_optimizer_rows,
+    selection_rows,
+)
 from lcb.teams.common import TeamRuntime
 
 log = logging.getLogger("lcb.optimize")
@@ -46,6 +54,13 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     """Run the phases of a job whose input `lcb.optimize.job.run_job` checked (module doc)."""
     reflection = config.reflection or reflection_config(config.model)
     spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
+    if not _optimized(config.out):
+        rows = load_optimizer_rows(splits, data=config.data, release=config.release,
+                                   selection=config.selection)
+        view = SizingView(cell=cell, seed_bundle=seed, optimizer_seed=config.seed,
+                          data=OptimizerData(splits, rows, selection=config.selection),
+                          budget=config.budget)
+        check_budget(optimizer, view, allow=config.allow_small_budget)
     finished = (config.out / Artifact.RESULT).exists() and (
         not config.curve or (config.out / CURVE_FILE).exists())
     if config.check_endpoints and not config.replay and not finished:
@@ -76,6 +91,12 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
             await _run_curve(job, config, pool)
             ran.append("curve")
     return phases.summary(out, spec, ran=ran)
+
+
+def _optimized(out: Path) -> bool:
+    """The job's optimize phase is done (its history ends with the incumbent)."""
+    history = read_history(out)
+    return bool(history) and history[-1].kind == "final"
 
 
 async def _run_curve(job: phases.PhaseJob, config: JobConfig, pool: GradingPool) -> None:

@@ -15,7 +15,7 @@ from tests.helpers_optimize import TeamModel, sample_problems
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
 FIRST = ["optimize", "--method", "gepa", "--topology", "single", "--seed", "2", "--data",
-         "sample", "--budget", "3", "--temperature", "0.5", "--selection", "train",
+         "sample", "--budget", "10", "--temperature", "0.5", "--selection", "train",
          "--feedback", "verdict", "--set", "minibatch=2", "--concurrency", "2"]
 
 

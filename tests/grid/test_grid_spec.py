@@ -39,7 +39,7 @@ def test_the_small_grid_plans_eight_jobs_in_the_seed_layout(tmp_path):
                         "--topology", "sequential", "--model", "scripted-model", "--seed", "0",
                         "--out", "runs/identity/lcb/sequential/scripted/0", "--team-size", "2",
                         "--communication", "freeform", "--data", "sample", "--concurrency",
-                        "3", "--budget", "4")
+                        "3", "--budget", "4", "--allow-small-budget")
     assert job.env == {"VLLM_BASE_URL": URL, "MODEL_ID": "scripted-model"}
     assert "--team-size" not in jobs[0].argv  # single has no team: those axes collapse
 

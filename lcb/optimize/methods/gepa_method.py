@@ -174,6 +174,10 @@ class Gepa:
     settings: GepaSettings = field(default_factory=GepaSettings)
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """The seed's validation, then one iteration's worst case (`iteration_cost`)."""
+        return first_proposal_cost(self.settings.minibatch, ctx)
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a gepa run within `ctx`'s budget (a new dict)."""
         from lcb.optimize.methods.gepa_adapter import SliceReflector
@@ -185,6 +189,14 @@ class Gepa:
                       s.max_full_evals * (n_train + n_val),
                       reflector=SliceReflector(s.reflection))
         return await run.optimize(ctx)
+
+
+def first_proposal_cost(minibatch: int, ctx: OptimizeContext) -> tuple[int, str]:
+    """(rollouts, what they buy): the seed scored on validation, then one iteration whose
+    child is validated: the least that scores one proposal."""
+    n_train, n_val = len(ctx.data.train), len(ctx.data.validation)
+    return ((n_val or n_train) + iteration_cost(minibatch, n_train=n_train, n_val=n_val),
+            "the seed's validation and one scored proposal")
 
 
 def iteration_cost(minibatch: int, *, n_train: int, n_val: int) -> int:

@@ -120,6 +120,14 @@ class Hivemind:
     settings: HivemindSettings = field(default_factory=HivemindSettings)
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """Cycle 1: its coalitions on the train batch and both bundles on the val rows."""
+        if ctx.topology == "single" or not ctx.data.train or not ctx.data.validation:
+            return 0, "one cycle"  # optimize says why it cannot run
+        job = Game(ctx, self.settings)
+        return (job.cost(job.plan(1), job.batch(1), job.bundle(job.state.lessons)),
+                "one full cycle (coalitions, credit and one gated proposal)")
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after as many cycles as the budget pays for (a new dict)."""
         if ctx.topology == "single":

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lcb.optimize.method import Bundle, OptimizeContext
-from lcb.optimize.methods.gepa_method import GepaRun
+from lcb.optimize.methods.gepa_method import GepaRun, first_proposal_cost
 from lcb.optimize.methods.reflection import (
     TEMPLATE_WORDING,
     assemble_request,
@@ -165,6 +165,9 @@ class MamutGepa:
 
     settings: MamutGepaSettings = field(default_factory=MamutGepaSettings)
     key: str = KEY
+
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        return first_proposal_cost(self.settings.minibatch, ctx)
 
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after one joint gepa run within `ctx`'s budget (a new dict)."""

@@ -440,6 +440,13 @@ class Mapro:
     settings: MaproSettings = MaproSettings()
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """The seed's pass and one MAP assignment's pass over the train rows."""
+        rows = len(ctx.data.train)
+        if self.settings.train_rows is not None:
+            rows = min(rows, self.settings.train_rows)
+        return 2 * rows, "the seed's pass and one MAP pass"
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a MAPRO run within `ctx`'s budget (a new dict)."""
         if ctx.graph.kind == "single":

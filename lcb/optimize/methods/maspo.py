@@ -367,6 +367,10 @@ class Maspo:
     settings: MaspoSettings = field(default_factory=MaspoSettings)
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """One parent and one child on the same minibatch: one scored proposal."""
+        return 2 * min(self.settings.minibatch, len(ctx.data.train)), "one scored proposal"
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent after the coordinate ascent within `ctx`'s budget (a new dict)."""
         if not ctx.data.train:

@@ -157,6 +157,12 @@ class Maspob:
     key: str = KEY
     timings: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """The seed pull, one more pull and the gate's reserve."""
+        rows = min(self.settings.rows_per_pull, len(ctx.data.train))
+        reserve = 2 * rows if self.settings.gate else 0
+        return 2 * rows + reserve, "the seed pull, one more pull and the gate"
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after the bandit search within `ctx`'s budget (a new dict)."""
         require_torch()

@@ -164,6 +164,11 @@ class Mipro:
     settings: MiproSettings = MiproSettings()
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """The baseline evaluation and one trial (`SearchPlan.least`)."""
+        return (self.plan(ctx.ledger.total, len(ctx.data.validation)).least,
+                "the baseline evaluation and one trial")
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The incumbent bundle after a MIPROv2 run within `ctx`'s budget (a new dict)."""
         from lcb.optimize.methods.mipro_program import TeamRunner

@@ -141,6 +141,13 @@ class Tavo:
     settings: TavoSettings = field(default_factory=TavoSettings)
     key: str = KEY
 
+    def minimum_budget(self, ctx: OptimizeContext) -> tuple[int, str]:
+        """The seed and one candidate on the validation batch, and one train batch."""
+        n_val = len(ctx.data.validation)
+        val_rows = val_batch_size(ctx.ledger.total, n_val, self.settings.val_batch)
+        return (2 * val_rows + min(self.settings.train_batch, len(ctx.data.train)),
+                "the seed's scoring and one round")
+
     async def optimize(self, ctx: OptimizeContext) -> Bundle:
         """The best adopted bundle after at most `max_rounds` rounds (a new dict)."""
         if ctx.topology == "single":
