@@ -32,6 +32,8 @@ Contract of `aggregate(root, split_mixed=False)`:
   (`--selection train` makes it so for all), so deploy rates compare within a gate only.
   Holm's correction runs over every per-seed McNemar p-value of a (dataset × model) family,
   across methods and cells (`p_holm`).
+- Each group's `label` names the method as tables show it: tavo with its `update_mode`
+  (`tavo (rewrite)`, TAVO's own update; `tavo (truce_overlay)`, TRUCE's shared rules).
 - The summary is JSON-able; `markdown_table(summary)` renders one row per group.
 - `group_rows(jobs)` is the summary's `groups` for jobs gathered from anywhere (`find_jobs`
   over several folders, as `lcb report` does).
@@ -69,6 +71,16 @@ from lcb.optimize.fingerprint import (
 from lcb.optimize.jobcost import KINDS, read_cost
 
 CELL_KEYS = ("method", "dataset", "topology", "team_size", "communication", "model")
+# The method setting that picks which published algorithm ran, shown in every label.
+VARIANTS = {"tavo": "update_mode"}
+
+
+def method_label(method: str, settings: dict[str, Any]) -> str:
+    """The method as tables name it: `tavo (rewrite)` or `tavo (truce_overlay)`, so a reader
+    sees which update ran; other methods by their key."""
+    name = VARIANTS.get(method)
+    value = (settings.get("method_settings") or {}).get(name) if name else None
+    return f"{method} ({value})" if value else method
 
 
 class AggregateError(ValueError):
@@ -228,7 +240,9 @@ def _group_row(group: Group, *, resamples: int, rng_seed: int, level: float) -> 
               for job in group.jobs if job.result.items]
     ci = (stats.stratified_bootstrap_ci(strata, resamples=resamples, rng_seed=rng_seed,
                                         level=level) if strata else None)
-    return {**dict(zip(CELL_KEYS, group.cell, strict=True)), "conformant": group.conformant,
+    return {**dict(zip(CELL_KEYS, group.cell, strict=True)),
+            "label": method_label(group.cell[0], group.jobs[0].settings),
+            "conformant": group.conformant,
             "fingerprint": group.fingerprint, "differs": group.differs,
             "provenance_differs": provenance_differs([job.provenance for job in group.jobs]),
             "settings": group.jobs[0].settings, "n_seeds": len(seeds),
@@ -324,7 +338,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
         ci = f"[{_num(low, signed=True)}, {_num(high, signed=True)}]"
         tests = ", ".join(f"s{row['seed']}: {row['p_mcnemar']:.3g} ({row['p_holm']:.3g})"
                           for row in g["seeds"])
-        method = g["method"] + ("" if g["conformant"] else "*")
+        method = g.get("label", g["method"]) + ("" if g["conformant"] else "*")
         if g["provenance_differs"]:
             notes.append(f"{g['method']} on {g['topology']}/{g['model']}: seeds ran with "
                          f"another {', '.join(g['provenance_differs'])}")

@@ -85,7 +85,7 @@ def groups(jobs: list[FinishedJob], *, resamples: int = PAIRED_RESAMPLES) -> lis
         significant = [s for s in row["seeds"] if s["p_holm"] < ALPHA]
         row["n_significant"] = len(significant)
         row["holm_significant"] = bool(row["seeds"]) and len(significant) == len(row["seeds"])
-        row["row"] = row["method"] + ("" if row["conformant"] else "*")
+        row["row"] = row["label"] + ("" if row["conformant"] else "*")
         row["column"] = column(row)
         row["slug"] = slug(row["method"], row["dataset"], row["topology"], row["team_size"],
                            row["communication"], row["model"],

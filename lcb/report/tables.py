@@ -101,7 +101,7 @@ def _grid(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for g in report["grid"]["groups"]:
         std = "—" if g["delta_std"] is None else f"{g['delta_std']:.1f}"
         ci = f"[{_signed(g['ci'][0])}, {_signed(g['ci'][1])}]" if g["ci"] else "—"
-        rows.append([g["method"], str(g["dataset"]), str(g["topology"]),
+        rows.append([g.get("label", g["method"]), str(g["dataset"]), str(g["topology"]),
                      "—" if g["team_size"] is None else str(g["team_size"]),
                      g["communication"] or "—", str(g["model"]), str(g["n_seeds"]),
                      f"{g['baseline_mean']:.1f}", f"{g['deployed_mean']:.1f}",

@@ -467,3 +467,15 @@ def test_uncharged_tokens_no_server_reported_are_unknown_in_the_cost_never_zero(
     assert gepa["cost"]["tokens_mean"] == {"reflect": None, "judge": 171.5, "probe": 0.0}
     assert gepa["cost"]["calls_without_usage"] == {"reflect": 2, "judge": 0, "probe": 0}
     assert markdown_table(summary).splitlines()[2].endswith("| unknown / 171.5 / 0 |")
+
+
+def test_tables_name_which_tavo_update_ran(tmp_path):
+    root = tmp_path / "runs"
+    for name, mode in (("own", "rewrite"), ("truce", "truce_overlay")):
+        write_job(root, f"{name}/0", method="tavo", seed=0, baseline=[0, 1], deployed=[1, 1],
+                  method_settings={"update_mode": mode})
+    summary = aggregate(root, resamples=10, split_mixed=True)
+    assert sorted(g["label"] for g in summary["groups"]) == ["tavo (rewrite)",
+                                                            "tavo (truce_overlay)"]
+    table = markdown_table(summary)
+    assert "| tavo (rewrite)" in table and "| tavo (truce_overlay)" in table

@@ -95,6 +95,9 @@ def script_of(responder):
 
 
 def run(ctx, **settings):
+    """The method on `ctx`; the mechanism tests below exercise TRUCE's overlay unless they
+    name `update_mode` (TAVO's per-role rewrite is the default: see the settings test)."""
+    settings.setdefault("update_mode", "truce_overlay")
     return asyncio.run(make(**settings).optimize(ctx))
 
 
@@ -535,8 +538,9 @@ def test_single_is_refused_and_settings_are_checked() -> None:
     assert get_optimizer("tavo", update_mode="rewrite").settings.update_mode == "rewrite"
     defaults = resolve_settings("tavo")
     assert (defaults["train_batch"], defaults["max_rounds"], defaults["patience"],
-            defaults["update_mode"], defaults["gate_margin"]) == (6, 5, 2, "overlay", 0.01)
-    for bad, name in [({"update_mode": "patch"}, "update_mode"), ({"max_rounds": 0},
+            defaults["update_mode"], defaults["gate_margin"]) == (6, 5, 2, "rewrite", 0.01)
+    assert make().settings.update_mode == "rewrite"  # TAVO's own update, not TRUCE's overlay
+    for bad, name in [({"update_mode": "overlay"}, "update_mode"), ({"max_rounds": 0},
                       "max_rounds"), ({"min_rules": 7}, "min_rules"),
                       ({"gate_margin": -1}, "gate_margin"), ({"nope": 1}, "nope")]:
         with pytest.raises(SettingsError, match=name):
@@ -608,7 +612,7 @@ def bad_coder_rewrite(text: str) -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["overlay", "rewrite"])
+@pytest.mark.parametrize("mode", ["truce_overlay", "rewrite"])
 def test_centralized_credits_the_delegated_worker(scripted, tmp_path, monkeypatch, mode) -> None:
     monkeypatch.setattr(helpers_planted, "TeamModel", DelegatingTeam)
     responders = [bad_coder_rewrite, tavo_responder()]
@@ -625,7 +629,7 @@ def test_centralized_credits_the_delegated_worker(scripted, tmp_path, monkeypatc
                                                                      ("coder", "coder")}
     assert set(evidence["roles"]) == {"manager", "coder"} and "coder" in evidence["edits"]
     seed = read_history(outcome.job.out)[0].bundle
-    if mode == "overlay":
+    if mode == "truce_overlay":
         assert FIX in proposal.bundle["coder"]
         return
     # the coder's rewrite holds a template slot: dropped, the manager's rewrite goes on
@@ -647,7 +651,8 @@ def test_a_job_killed_in_round_two_resumes_to_the_whole_result(scripted, tmp_pat
     # 3 (seed) + 6 (round 1: 3 train, 3 validation) + 6 (round 2) = 15; the kill lands at
     # 10, in round 2's train batch
     responder = tavo_responder(always_edit=True, rules=_rules_that_grow)
-    assert_resumes_to_whole(scripted, tmp_path, "tavo", budget=15, settings=["train_batch=3"],
+    assert_resumes_to_whole(scripted, tmp_path, "tavo", budget=15,
+                            settings=["train_batch=3", "update_mode=truce_overlay"],
                             responders=[responder], kill_at=10)
     history = [json.loads(line) for line in
                (tmp_path / "killed" / "history.jsonl").read_text().splitlines()]

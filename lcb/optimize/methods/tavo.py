@@ -79,7 +79,9 @@ class TavoSettings:
     max_rounds: int = 5
     patience: int = 2  # rejected rounds in a row that end the run (a rejection gets 1 retry)
     gate_margin: float = 0.01
-    update_mode: Literal["overlay", "rewrite"] = "overlay"
+    # TAVO's own policy update rewrites each credited role's prompt; "truce_overlay" is the
+    # follow-up (TRUCE) release's shared block of 3-6 team rules, a setting named for it
+    update_mode: Literal["rewrite", "truce_overlay"] = "rewrite"
     min_rules: int = 3
     max_rules: int = 6
     max_add: int = 6
@@ -100,9 +102,10 @@ class TavoSettings:
             if item.type == "float" and not 0 <= value <= (1 if item.name == "gate_margin"
                                                           else 2):
                 raise ValueError(f"tavo setting {item.name} is out of range, got {value!r}")
-        if self.update_mode not in ("overlay", "rewrite"):
-            raise ValueError(f"tavo setting update_mode must be 'overlay' or 'rewrite', "
-                             f"got {self.update_mode!r}")
+        if self.update_mode not in ("rewrite", "truce_overlay"):
+            raise ValueError(f"tavo setting update_mode must be 'rewrite' (TAVO's per-role "
+                             f"update) or 'truce_overlay' (TRUCE's shared rules), got "
+                             f"{self.update_mode!r}")
         if self.min_rules > self.max_rules:
             raise ValueError(f"tavo settings min_rules ({self.min_rules}) must not exceed "
                              f"max_rules ({self.max_rules})")

@@ -130,7 +130,7 @@ async def propose(ctx: Uncharged, settings: TavoSettings, *, chain: Bundle,
     pooled = [(role, e) for role, e in edits.items() if any(e.values())]
     if not pooled:
         return Update(None, why="no editing instructions for any role")
-    if settings.update_mode == "overlay":
+    if settings.update_mode == "truce_overlay":
         return await _overlay(ctx, settings, base=base, rules=rules, pooled=pooled,
                               evidence=evidence)
     return await _rewrite(ctx, settings, chain=chain, pooled=pooled, evidence=evidence)
