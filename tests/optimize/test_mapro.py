@@ -497,3 +497,33 @@ def test_single_is_refused_and_settings_are_checked():
                       ({"max_critiques": 0}, "max_critiques")]:
         with pytest.raises(SettingsError, match=name):
             resolve_settings("mapro", bad)
+
+
+def _run_of(problem_id: str, *, passed: bool, coder: str, debugger: str) -> Rollout:
+    code = f"```python\n{coder}\n```"
+    team = seed_rollout(turn("coder", "coder", f"Q {problem_id}", code)
+                        + turn("debugger", "debugger", f"Q {problem_id}\n### Stage 1: coder\n\n"
+                               f"{code}", debugger)).team
+    return Rollout(problem_id=problem_id, score=float(passed), feedback="", team=team, seed=0)
+
+
+def test_judges_are_primed_with_better_and_worse_answers_from_train_runs_only():
+    ctx = fake_context(budget=1, seed_bundle=SEED2, script=potentials_script)
+    runs = [_run_of("p0", passed=True, coder="print(GOOD)", debugger="GOOD-FIX"),
+            _run_of("p1", passed=False, coder="print(BAD)", debugger="BAD-FIX"),
+            _run_of("v0", passed=False, coder="print(VALIDATION)", debugger="VAL-FIX")]
+    potentials = Potentials(ctx, MaproSettings(), SEED2, runs)
+    asyncio.run(potentials.update({role: [text] for role, text in SEED2.items()}))
+    judged = [r["prompt"] for r in ctx.reflections if r["kind"] == "judge"]
+    node = next(p for p in judged if "role 'coder'" in p)
+    better, worse = node.index("### Better"), node.index("### Worse")
+    assert better < node.index("print(GOOD)") < worse < node.index("print(BAD)")
+    edge = next(p for p in judged if "hand-off" in p)
+    assert "Answer of debugger:\nGOOD-FIX" in edge and "Answer of debugger:\nBAD-FIX" in edge
+    demos = [p.split("## How this role's answers fared")[1].split("\nThe agent")[0]
+             for p in judged]
+    assert not any("VALIDATION" in d or "VAL-FIX" in d for d in demos)  # train rows only
+    none = Potentials(ctx, MaproSettings(preference_demos=0), SEED2, runs)
+    assert set(none.node_demos.values()) == {""} and set(none.edge_demos.values()) == {""}
+    one_sided = Potentials(ctx, MaproSettings(), SEED2, runs[1:])  # no passing run
+    assert set(one_sided.node_demos.values()) == {""}

@@ -84,9 +84,10 @@ class MaproSettings:
     probe_temperature: float = 0.0
     clip_chars: int = 3000  # per text shown to a judge or the mutator (critiques too)
     max_critiques: int = 6  # teammates' critiques one role's mutation reads at most
+    preference_demos: int = 1  # better/worse pairs from the seed's train runs per judge; 0: none
 
     def __post_init__(self) -> None:
-        check_int_fields(self, KEY, least={"pool_size": 2})
+        check_int_fields(self, KEY, least={"pool_size": 2, "preference_demos": 0})
         if not P.SCORE_RANGE[0] <= self.judge_default <= P.SCORE_RANGE[1]:
             raise ValueError(f"mapro setting judge_default must be within {P.SCORE_RANGE}, "
                              f"got {self.judge_default!r}")

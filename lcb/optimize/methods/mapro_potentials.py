@@ -11,6 +11,12 @@ Contract:
   framed), scored 1..10 by a judge (`mapro:node`). Edge: the parent candidate's probe output
   put in place of what the child's recorded input quoted, a probe of the child candidate on
   that, scored 1..10 (`mapro:edge`). A potential is the mean score / 10, an exact `Fraction`.
+- Judges are primed, as the paper's reward model is, with few-shot preference
+  demonstrations: per role (node) and per edge, up to `preference_demos` answers from the
+  seed's runs on train rows whose program passed (better) beside as many from runs that
+  failed (worse), each clipped to a third of `clip_chars` (`node_demos`, `edge_demos`;
+  `mapro_prompts.preference_block`). Only train rows serve (a rollout on any other row is
+  skipped); a role or edge without both a passing and a failing run gets none.
 - `judge_all` parses each reply strictly (`parse_json_score`); an unparsable one scores
   `judge_default` (a blame: the middle of its range) and is kept in `defaults`. Probe answers
   and judge scores are cached per text: each distinct call is made once. Calls go out in
@@ -38,6 +44,7 @@ from lcb.optimize.methods.mapro_prompts import (
     link,
     node_judge_prompt,
     parse_json_score,
+    preference_block,
     render_system,
 )
 from lcb.text import clip
@@ -91,6 +98,7 @@ class Potentials:
                                           for _, io in ios):
             pairs = [(graph.roles[0], graph.roles[0])]  # the diagonal: peers read peers
         self.edges: list[tuple[str, str]] = pairs
+        self._demos(ctx, ordered, pairs)
         self.edge_contexts: dict[tuple[str, str], list[EdgeContext]] = {}
         for parent, child in pairs:
             contexts = []
@@ -109,6 +117,32 @@ class Potentials:
         self._probes: dict[tuple[str, str, str], str] = {}
         self._judged: dict[tuple[str, str], tuple[int, str]] = {}
         self.defaults: list[dict[str, str]] = []  # unparsable judge replies, as recorded
+
+    def _demos(self, ctx: Uncharged, rollouts: Sequence[Any],
+               pairs: Sequence[tuple[str, str]]) -> None:
+        """The judges' few-shot preference demonstrations (module docstring): from the seed's
+        runs on train rows only, better (passed) against worse (failed)."""
+        train = {problem.id for problem in ctx.data.train}
+        own = [(r.passed, r.role_io) for r in rollouts if r.problem_id in train]
+        n, chars = self.s.preference_demos, self.s.clip_chars // 3
+
+        def split(found: list[tuple[bool, tuple[str, str]]]) -> tuple[list, list]:
+            shown = [(ok, (clip(a, chars), clip(b, chars))) for ok, (a, b) in found]
+            return ([d for ok, d in shown if ok][:n], [d for ok, d in shown if not ok][:n])
+
+        self.node_demos: dict[str, str] = {}
+        for role in ctx.graph.roles:
+            turns = [(ok, first_turn(io, role)) for ok, io in own]
+            better, worse = split([(ok, (t.input, t.output)) for ok, t in turns if t is not None])
+            self.node_demos[role] = preference_block(better, worse, given="Input",
+                                                     answer="Answer")
+        self.edge_demos: dict[tuple[str, str], str] = {}
+        for parent, child in pairs:
+            links = [(ok, link(io, parent, child)) for ok, io in own]
+            better, worse = split([(ok, (found[2], found[1].output)) for ok, found in links
+                                   if found is not None])
+            self.edge_demos[(parent, child)] = preference_block(
+                better, worse, given=f"Output of {parent}", answer=f"Answer of {child}")
 
     def _context(self, role: str, rollout: Any, turn: RoleTurn) -> NodeContext:
         return NodeContext(turn.input, frame_of(self.seed[role], _system_of(rollout, turn)))
@@ -161,7 +195,8 @@ class Potentials:
                                         for r, t, c in nodes])
         judged = await self.judge_all([node_judge_prompt(
             topology=self.ctx.topology, role=r, prompt=t, given=clip(c.given, clip_at),
-            answer=clip(a, clip_at)) for (r, t, c), a in zip(nodes, answers, strict=True)],
+            answer=clip(a, clip_at), demos=self.node_demos.get(r, ""))
+            for (r, t, c), a in zip(nodes, answers, strict=True)],
             purpose="mapro:node")
         by_text: dict[tuple[str, str], list[int]] = {}
         for (role, text, _), (value, _) in zip(nodes, judged, strict=True):
@@ -182,7 +217,7 @@ class Potentials:
             for (e, _, tj, c), h in zip(pairs, handed, strict=True)])
         judged = await self.judge_all([edge_judge_prompt(
             topology=self.ctx.topology, parent=e[0], child=e[1], handed=clip(h, clip_at),
-            child_prompt=tj, child_answer=clip(a, clip_at))
+            child_prompt=tj, child_answer=clip(a, clip_at), demos=self.edge_demos.get(e, ""))
             for (e, _, tj, _), h, a in zip(pairs, handed, child_answers, strict=True)],
             purpose="mapro:edge")
         collected: dict[tuple[tuple[str, str], tuple[str, str]], list[int]] = {}

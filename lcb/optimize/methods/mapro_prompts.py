@@ -57,11 +57,34 @@ def _block(title: str, text: str) -> str:
     return f"## {title}\n{text.strip() or '(empty)'}\n"
 
 
+Demo = tuple[str, str]  # (what the role was given, what it answered), clipped
+
+
+def preference_block(better: Sequence[Demo], worse: Sequence[Demo], *, given: str,
+                     answer: str) -> str:
+    """Few-shot preference demonstrations for a judge: answers this role gave in the team's
+    own runs on train problems, in runs whose program passed every hidden test (better) and
+    in runs that failed (worse). "" without a pair."""
+    if not better or not worse:
+        return ""
+    parts = ["## How this role's answers fared in the team's own runs (train problems)",
+             "Use them to calibrate your scale: a run's outcome depends on the whole team, so "
+             "they are evidence, not labels.\n"]
+    for title, demos in (("Better: the team's program passed every hidden test", better),
+                         ("Worse: the team's program failed", worse)):
+        for shown, said in demos:
+            parts += [f"### {title}", f"{given}:\n{shown.strip() or '(empty)'}",
+                      f"{answer}:\n{said.strip() or '(empty)'}\n"]
+    return "\n".join(parts)
+
+
 def node_judge_prompt(*, topology: str, role: str, prompt: str, given: str,
-                      answer: str) -> str:
-    """How competent is one candidate prompt of `role`, judged on one probe answer."""
+                      answer: str, demos: str = "") -> str:
+    """How competent is one candidate prompt of `role`, judged on one probe answer; `demos` is
+    its `preference_block`."""
     return "\n".join([
         f"You are judging one agent of {_TEAM.format(topology=topology)}.",
+        *([demos] if demos else []),
         f"The agent plays the role '{role}'. It was run with the candidate prompt below on "
         "an input this role really received, and gave the answer below.\n",
         _block("Candidate prompt", prompt), _block("Input the agent was given", given),
@@ -74,10 +97,12 @@ def node_judge_prompt(*, topology: str, role: str, prompt: str, given: str,
 
 
 def edge_judge_prompt(*, topology: str, parent: str, child: str, handed: str,
-                      child_prompt: str, child_answer: str) -> str:
-    """How well a parent's output serves one candidate prompt of the child."""
+                      child_prompt: str, child_answer: str, demos: str = "") -> str:
+    """How well a parent's output serves one candidate prompt of the child; `demos` is the
+    pair's `preference_block` (the parent's output as given, the child's answer)."""
     return "\n".join([
         f"You are judging a hand-off between two agents of {_TEAM.format(topology=topology)}.",
+        *([demos] if demos else []),
         f"The agent '{parent}' produced the output below; the agent '{child}' read it as part "
         "of its input and, run with the candidate prompt below, gave the answer below.\n",
         _block(f"Output of {parent}", handed), _block(f"Candidate prompt of {child}",
