@@ -120,7 +120,7 @@ def test_monte_carlo_in_the_methods_own_regime() -> None:
     chain = TeamGraph("sequential", tuple(names), {n: n for n in names},
                       tuple(zip(names[:-1], names[1:], strict=True)), "chain")
     job = Game(team_fake(budget=1, graph=chain, seed_bundle=dict.fromkeys(names, "Solve.")),
-               HivemindSettings())
+               FULL)
     weights = dict(zip(names, [4, 3, 2, 2, 1, 1, 1, 0], strict=True))
     v = table(names, lambda c: float(sum(weights[p] for p in c) >= 8))
     exact = exact_shapley(names, v)
@@ -255,7 +255,15 @@ def team_fake(*, budget, graph=CHAIN, value=lambda *_: False, n_train=6, n_val=4
 
 
 def run(ctx, **settings):
+    """The method on `ctx`; these mechanism tests play the full coalition game, one-role teams
+    included, unless they name `shapley` or `shapley_single_role` (DAG-Shapley and skipping a
+    one-role game, the defaults, have tests of their own)."""
+    settings.setdefault("shapley", "full")
+    settings.setdefault("shapley_single_role", True)
     return asyncio.run(make(**settings).optimize(ctx))
+
+
+FULL = HivemindSettings(shapley="full", shapley_single_role=True)
 
 
 def coder_decides(active, bundle, problem) -> bool:
@@ -393,7 +401,7 @@ def test_the_gate_compares_the_rows_both_bundles_have() -> None:
 
 @pytest.mark.parametrize("kept", [1, 0])
 def test_coalition_values_use_the_rows_every_coalition_has(kept) -> None:
-    first = Game(team_fake(budget=1), HivemindSettings()).batch(1)[0].id
+    first = Game(team_fake(budget=1), FULL).batch(1)[0].id
 
     def coder_alone_lost(active, bundle, problem) -> bool:
         if active == frozenset({"coder"}) and (problem.id != first or not kept):
@@ -457,17 +465,20 @@ def test_many_players_use_monte_carlo_within_the_coalition_cap() -> None:
     assert evidence["phi"]["coder_0"] == 1.0 and evidence["credit"] == {"coder": 1.0}
 
 
-@pytest.mark.parametrize("topology, size, budget", [("sequential", 4, 90),
-                                                     ("independent", 4, 90),
-                                                     ("centralized", 4, 50)])
-def test_standard_sizes_need_the_reference_minimum(topology, size, budget) -> None:
+@pytest.mark.parametrize("topology, size, mode, budget", [
+    ("sequential", 4, "full", 90), ("independent", 4, "full", 90),
+    ("centralized", 4, "full", 50),
+    # DAG-Shapley runs a chain's prefixes only: 5 coalitions of 16 (5 x 5 + 10 = 35); a
+    # one-role team skips the game by default: the full team alone (5 + 10 = 15)
+    ("sequential", 4, "dag", 35), ("independent", 4, "dag", 15), ("centralized", 4, "dag", 50)])
+def test_standard_sizes_need_the_reference_minimum(topology, size, mode, budget) -> None:
     from lcb.optimize.graph import team_graph
     from lcb.optimize.teamrun import TeamCell
 
     graph = team_graph(TeamCell(topology, size))
     ctx = team_fake(budget=600, graph=graph, n_train=150, n_val=50,
                     seed_bundle=dict.fromkeys(graph.roles, "Solve."))
-    job = Game(ctx, HivemindSettings())
+    job = Game(ctx, HivemindSettings(shapley=mode, shapley_single_role=mode == "full"))
     assert job.cost(job.plan(1), job.batch(1), job.bundle(job.state.lessons)) == budget
 
 
@@ -479,9 +490,9 @@ def test_registry_and_settings() -> None:
     assert (s.batch_size, s.val_size, s.max_lessons, s.exact_max_coalitions, s.manager_every,
             s.failure_below, s.temperature) == (5, 5, 6, 40, 3, 0.5, 0.7)
     assert resolve_settings("hivemind", {"max_cycles": 2})["max_cycles"] == 2
-    assert s.shapley_single_role is True
-    assert resolve_settings("hivemind", {"shapley_single_role": False})[
-        "shapley_single_role"] is False
+    assert (s.shapley_single_role, s.shapley) == (False, "dag")  # budget where it can help
+    assert resolve_settings("hivemind", {"shapley_single_role": True})[
+        "shapley_single_role"] is True
     for bad, name in [({"batch_size": 0}, "batch_size"), ({"max_lessons": "6"}, "max_lessons"),
                       ({"failure_below": 0.0}, "failure_below"),
                       ({"lessons_per_reflection": 7}, "lessons_per_reflection"),
@@ -526,17 +537,26 @@ def test_a_hivemind_job_end_to_end(scripted, tmp_path, monkeypatch, topology) ->
     lines = rollout_lines(out)
     assert len(lines) == ledger["charged"]  # abstentions included: one line per charged unit
     empty = [line for line in lines if line["active"] == []]
+    one_role = topology in ("independent", "decentralized")
     if topology == "centralized":  # no coalition without the manager is ever run
         assert empty == [] and all("manager" in (line["active"] or ["manager"])
                                    for line in lines)
-    else:  # the empty coalition: charged abstentions, never infrastructure failures
+    elif one_role:  # the game is skipped: the full team alone, never a masked run
+        assert empty == []
+        assert all(line["active"] is None or len(line["active"]) == 2 for line in lines)
+    else:  # DAG-Shapley's prefixes hold the empty coalition: charged abstentions
         assert len(empty) == 4 and all(
             (line["verdict"], line["score"], line["n_llm_calls"], line["error"])
             == ("abstained", 0.0, 0, None) for line in empty)
     history = read_history(out)
     proposals = [h for h in history if h.kind == "proposal"]
-    # size 2: cycles of 14 then <= 11 (centralized: 2 coalitions, 10 then <= 7): all recorded
-    assert len(proposals) == (3 if topology == "centralized" else 2)
+    # size 2, 2 train rows, 3 validation rows: sequential (DAG: 3 prefixes) cycles of 12 then
+    # 9; centralized (2 coalitions) 10 then 7 and 7; one role (the full team alone) 8, then
+    # at most 5 each: the budget the game would have spent buys cycles (the full game: 2)
+    if one_role:
+        assert len(proposals) >= 4
+    else:
+        assert len(proposals) == {"centralized": 3, "sequential": 2}[topology]
     assert all(json.loads(h.reason)["target"] in h.roles for h in proposals)
     assert proposals[0].parent == bundle_hash(history[0].bundle)
     assert ledger["uncharged"]["reflect"]["calls"] == len(proposals)  # one reflection a cycle
@@ -546,7 +566,7 @@ def test_a_four_agent_centralized_job_runs_its_masked_coalitions(scripted, tmp_p
                                                                  monkeypatch) -> None:
     # size 4, batch 1: the 8 coalitions holding the manager x 1 row + 3 + 3 gate rows = 14
     outcome = planted(scripted, tmp_path, monkeypatch, "centralized", budget=14, size=4,
-                      settings={"batch_size": 1})
+                      settings={"batch_size": 1, "shapley": "full"})
     lines = rollout_lines(outcome.job.out)
     masks = [tuple(line["active"]) for line in lines if line["active"] is not None]
     workers = ("analyzer", "coder", "tester")
@@ -577,5 +597,6 @@ def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path, monke
     # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the stop lands at
     # 21 charged, in cycle 2, so the rerun fast-forwards to cycle 1's checkpoint
     assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "hivemind", budget=25,
-                                        topology="sequential", settings=["batch_size=2"],
+                                        topology="sequential",
+                                        settings=["batch_size=2", "shapley=full"],
                                         responders=[lessons_responder], kill_at=21)

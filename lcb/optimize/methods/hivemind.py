@@ -18,8 +18,11 @@ Contract (the game itself, players to gate rows, is `hivemind_game.Game`):
   player orders drawn from `Random("hivemind:<seed>:<cycle>")`, no more orders than keep the
   coalitions to run <= `exact_max_coalitions` (only visited coalitions are run).
 - A role's credit is the sum of its players' values (replicas of a shared prompt pool theirs).
-  A one-role team's credit is v(N) - v({}) whatever the game; with `shapley_single_role` off
-  (default on: the paper) such a team runs only the full coalition and skips the Shapley step.
+  A one-role team's credit is v(N) - v({}) whatever the game, and the target is that role
+  whatever the credit: the game cannot change what a cycle does. So by default
+  (`shapley_single_role` off) such a team runs only the full coalition and skips the Shapley
+  step, and its budget buys cycles (lessons and gates) instead; the job log says so once.
+  `shapley_single_role=true` plays the game anyway.
   Target: the lowest-credit role; on a centralized team the manager every `manager_every`-th
   cycle and the lowest-credit worker otherwise. Ties (to 1e-9) go to the role targeted fewest
   times so far, then to the latest in topological order (nearest the team's answer).
@@ -56,11 +59,11 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from lcb.optimize.bundle import BundleError, bundle_hash
 from lcb.optimize.method import Bundle, OptimizeContext, Rollout
-from lcb.optimize.methods import shapley
+from lcb.optimize.methods import dag_shapley, shapley
 from lcb.optimize.methods.hivemind_game import (
     VAL_ITERATION,
     Game,
@@ -93,8 +96,9 @@ class HivemindSettings:
     successes_shown: int = 2
     clip_chars: int = 1500
     skip_managerless: bool = True
-    shapley_single_role: bool = True
+    shapley_single_role: bool = False
     max_cycles: int | None = None
+    shapley: Literal["dag", "full"] = "dag"  # DAG-Shapley (the paper's) or every coalition run
 
     def __post_init__(self) -> None:
         check_int_fields(self, KEY, least={"successes_shown": 0, "failures_shown": 0})
@@ -108,6 +112,9 @@ class HivemindSettings:
             raise ValueError("hivemind setting lessons_per_reflection must be <= max_lessons")
         if self.exact_max_coalitions < 2:
             raise ValueError("hivemind setting exact_max_coalitions must be >= 2")
+        if self.shapley not in ("dag", "full"):
+            raise ValueError(f"hivemind setting shapley must be 'dag' (DAG-Shapley) or 'full', "
+                             f"got {self.shapley!r}")
 
 
 SETTINGS = HivemindSettings  # `--set` keys and job.json's method_settings
@@ -134,6 +141,11 @@ class Hivemind:
             raise ValueError("hivemind credits the agents of a team; topology 'single' has "
                              "one agent (it gets identity, gepa or mipro)")
         job = Game(ctx, self.settings)
+        if job.plan(1).skipped:
+            log.info("hivemind: the %s team has one role (%s): Shapley credit cannot tell its "
+                     "agents apart nor change the target, so each cycle runs the full team on "
+                     "its batch and gates one lesson (shapley_single_role=true plays the "
+                     "coalition game anyway)", ctx.topology, ", ".join(ctx.roles))
         saved = ctx.restore(fast_forward=True)
         if saved is not None:
             job.state = State(cycle=int(saved["cycle"]), lessons=saved["lessons"],
@@ -195,11 +207,14 @@ class Hivemind:
             (role,) = set(job.roles_of.values())
             full = values[frozenset(job.players)] - values[frozenset()]
             return {role: full}, "skipped (one role: its credit is v(N) - v({}))", {}
+        if plan.dag:  # a coalition the workflow cannot run is worth what it runs of it
+            values = dag_shapley.complete(job.players, values, job.upstream)
         if plan.orders is None:
             phi, how = shapley.exact_shapley(job.players, values), "exact"
         else:
             phi = shapley.permutation_shapley(plan.orders, values)
             how = f"monte-carlo over {len(plan.orders)} orders"
+        how = f"DAG-Shapley, {how}" if plan.dag else how
         return shapley.role_credit(phi, job.roles_of), how, phi
 
     async def _propose(self, ctx: OptimizeContext, job: Game, current: Bundle,

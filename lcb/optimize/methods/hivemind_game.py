@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import bundle_hash
 from lcb.optimize.method import Bundle, Evaluator, OptimizeContext, Rollout, TeamSpec
-from lcb.optimize.methods import shapley
+from lcb.optimize.methods import dag_shapley, shapley
 from lcb.optimize.methods.hivemind_lessons import with_lessons
 from lcb.optimize.strategies.batches import Rotation, seeded_rng, shuffled
 
@@ -51,6 +51,7 @@ class Plan:
     free: list[shapley.Coalition]
     orders: list[tuple[str, ...]] | None  # None: exact over the power set
     skipped: bool = False  # one role, `shapley_single_role` off: the full coalition only
+    dag: bool = False  # DAG-Shapley: only viable coalitions run, the others take their core's
 
 
 @dataclass
@@ -89,6 +90,8 @@ class Game:
         self.players = tuple(ctx.agents)
         self.roles_of = {agent: graph.agents[agent] for agent in self.players}
         self.order = graph.topological_order()
+        edges = graph.edges if settings.shapley == "dag" else ()
+        self.upstream = dag_shapley.ancestors(self.players, self.roles_of, edges)
         self.star = graph.kind == "star"
         self.hub = graph.edges[0][0] if self.star and graph.edges else None
         seed = ctx.optimizer_seed
@@ -112,17 +115,20 @@ class Game:
     def plan(self, cycle: int) -> Plan:
         if not self.s.shapley_single_role and len(set(self.roles_of.values())) == 1:
             return Plan([frozenset(self.players)], [frozenset()], None, skipped=True)
-        everyone = shapley.power_set(self.players)
+        dag = self.s.shapley == "dag"
+        everyone = [c for c in shapley.power_set(self.players)
+                    if not dag or dag_shapley.viable(c, self.upstream)]
         free = [c for c in everyone if self.abstains(c)]
         if len(everyone) - len(free) <= self.s.exact_max_coalitions:
-            return Plan([c for c in everyone if c not in free], free, None)
+            return Plan([c for c in everyone if c not in free], free, None, dag=dag)
         rng = seeded_rng(RNG_KEY, self.team.optimizer_seed, cycle)
         orders = shapley.sample_permutations(self.players, rng, count=self.s.mc_permutations,
                                              max_coalitions=self.s.exact_max_coalitions,
                                              free=free)
-        visited = shapley.prefixes(orders)
+        visited = list(dict.fromkeys(dag_shapley.core(c, self.upstream) if dag else c
+                                     for c in shapley.prefixes(orders)))
         return Plan([c for c in visited if not self.abstains(c)],
-                    [c for c in visited if self.abstains(c)], orders)
+                    [c for c in visited if self.abstains(c)], orders, dag=dag)
 
     def batch(self, cycle: int) -> list[Problem]:
         """Cycle `cycle`'s train rows (1, 2, ...): the next batch of the rotating pass."""
