@@ -42,7 +42,7 @@ from tests.helpers_optimize import TeamModel, job_config, sample_problems  # noq
 from tests.helpers_planted import RESPONDERS, WRONG, PlantedModel  # noqa: E402
 
 CEILING = 0.20  # the figure: at most 20 % of the wall time outside model calls/grading
-TIMED = ("rollout", "reflect", "judge", "probe")
+TIMED = ("rollout", "rollouts", "reflect", "judge", "probe")  # every model-bound call
 DEFAULT_METHODS = ("gepa", "mamut_gepa", "tavo", "maspo", "hivemind", "mapro", "maspob")
 
 
