@@ -1,10 +1,12 @@
 """`lcb optimize --from DIR/job.json`: rerun a job with the settings its `job.json` records.
 
-Contract of `expand_from(args)`: `--from FILE` (or `--from=FILE`) is replaced by the flags that
+Contract of `expand_from(args)`: `--from FILE` (or `--from=FILE`; the job's folder names its
+`job.json`) is replaced by the flags that
 rebuild the job FILE records (`lcb.optimize.artifacts.JobSpec`): method, dataset, topology,
 task model, optimizer seed, team size and format, budget, data, release, `--opt-tests`,
 sandbox, `--selection`, `--feedback`, `--uncharged-cost`, the task sampling (temperature,
-top-p, max tokens, thinking), the method's full settings as `--set` pairs, and
+top-p, max tokens, thinking), `--allow-small-budget` when the job ran with it, the method's
+full settings as `--set` pairs, and
 `--splits DIR/splits.json` when the job kept its split file. They go first, so a flag the user
 gives after them wins (a single-valued flag's last value counts; a later `--set` overrides
 that key). Without `--out`, the job's own folder is the output: the rerun resumes it (or
@@ -35,9 +37,10 @@ def expand_from(args: list[str]) -> list[str]:
         return args
     index, width, path = found
     rest = args[:index] + args[index + width:]
-    flags = job_flags(Path(path))
+    job_file = Path(path) / "job.json" if Path(path).is_dir() else Path(path)
+    flags = job_flags(job_file)
     if not any(a == "--out" or a.startswith("--out=") for a in rest):
-        flags += ["--out", str(Path(path).parent)]
+        flags += ["--out", str(job_file.parent)]
     return flags + rest
 
 
@@ -56,9 +59,11 @@ def _find(args: list[str]) -> tuple[int, int, str] | None:
 
 def job_flags(path: Path) -> list[str]:
     """The flags that rebuild the job `path` records (module docstring)."""
+    if path.is_dir():  # the job's folder named instead of its file
+        path = path / "job.json"
     try:
         spec = read_model(path, JobSpec)
-    except ArtifactError as exc:
+    except (ArtifactError, OSError) as exc:
         raise ValueError(f"--from {path}: not a job's job.json ({exc})") from None
     _check_reflection(spec)
     values = {"--method": spec.method, "--dataset": spec.dataset, "--topology": spec.topology,
@@ -73,6 +78,8 @@ def job_flags(path: Path) -> list[str]:
              for word in (flag, str(value))]
     if spec.thinking is not None:
         flags.append("--thinking" if spec.thinking else "--no-thinking")
+    if spec.allow_small_budget:
+        flags.append("--allow-small-budget")
     splits = path.parent / SPLITS_FILE
     if splits.exists():
         flags += ["--splits", str(splits)]

@@ -50,7 +50,8 @@ from lcb.registry import FEEDBACK_MODES, SELECTIONS
 from lcb.runs.records import RecordsError, pass_at_1, read_records
 from lcb.runs.rundir import now_iso
 
-NOT_SETTINGS = frozenset({"provenance", "conformance", "conformant", "deviations"})
+NOT_SETTINGS = frozenset({"provenance", "conformance", "conformant", "deviations",
+                          "allow_small_budget"})
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -104,6 +105,7 @@ class JobSpec(_Model):
     selection_split: dict[str, Any] | None = None  # the train carve under selection "train"
     feedback: Literal[FEEDBACK_MODES] = "full"  # type: ignore[valid-type]
     uncharged_cost: float = Field(default=0.0, ge=0)  # budget units per uncharged call
+    allow_small_budget: bool = False  # ran below its method's minimum (not a setting: a rerun's)
     seed_prompts: dict[str, str] = Field(default_factory=dict)
     conformance: list[Requirement] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)

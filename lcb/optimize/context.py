@@ -3,16 +3,19 @@
 Contract:
 - `JobContext` is what a method gets. It holds the cell and the seed bundle (`TeamSpec`:
   topology, size, communication, roles, agents, the team graph, `validate`) and composes the
-  other three parts, each its own object:
-  - `evaluator` (`lcb.optimize.evaluator.JobEvaluator`): `data`, `ledger`, `rollout(s)`,
+  other three parts, each its own object (the evaluator and the recorder are held privately:
+  the evaluator holds the labelled rows and the journal of whole rollouts, which a method must
+  not read; `lcb.optimize.sealing`):
+  - `_evaluator` (`lcb.optimize.evaluator.JobEvaluator`): `data`, `ledger`, `rollout(s)`,
     the charged rollouts with replay from the journal;
   - `models` (`JobModels`, below): `reflect` / `judge` / `probe` (`lcb.optimize.calls`:
     uncharged, ledgered per kind, journaled) and `embed`;
-  - `recorder` (`lcb.optimize.recorder.JobRecorder`): `record_candidate`, `record_proposal`,
+  - `_recorder` (`lcb.optimize.recorder.JobRecorder`): `record_candidate`, `record_proposal`,
     `checkpoint`, `restore`.
   Its methods of those parts are theirs, forwarded: the object is one `OptimizeContext`.
-- For the protocol (`lcb.optimize.phases`) it also exposes the journal, the history, the
-  latest iteration, the replays, `ledger_state()` and `forget_refunded(...)`.
+- For the protocol (`lcb.optimize.phases`) it also exposes the journal's length
+  (`journaled`), the history, the latest iteration, the replays, `ledger_state()` and
+  `forget_refunded(...)`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from lcb.optimize.bundle import Bundle, freeze, validate_bundle
 from lcb.optimize.calls import CallKind, ModelCalls, probe_messages, prompt_messages
 from lcb.optimize.cell import TeamFacts
 from lcb.optimize.evaluator import JobEvaluator
-from lcb.optimize.journal import HistoryLog, RolloutJournal
+from lcb.optimize.journal import HistoryLog
 from lcb.optimize.method import Rollout
 from lcb.optimize.outcomes import Misconfigured
 from lcb.optimize.recorder import JobRecorder
@@ -79,12 +82,12 @@ class JobContext(TeamFacts):
         self.cell, self.data, self.ledger = cell, data, ledger
         self.seed_bundle = freeze(seed_bundle)
         self.optimizer_seed = optimizer_seed
-        self.evaluator = JobEvaluator(seed_bundle=self.seed_bundle, data=data,
+        self._evaluator = JobEvaluator(seed_bundle=self.seed_bundle, data=data,
                                       labelled={problem.id: problem for problem in labelled},
                                       ledger=ledger, optimizer_seed=optimizer_seed,
                                       runner=runner, job_dir=job_dir, feedback=feedback)
         self.models = JobModels(calls, self.roles)
-        self.recorder = JobRecorder(job_dir, evaluator=self.evaluator, calls=calls)
+        self._recorder = JobRecorder(job_dir, evaluator=self._evaluator, calls=calls)
 
     # --- TeamSpec: TeamFacts ---------------------------------------------------------
     def validate(self, bundle: Mapping[str, object]) -> Bundle:
@@ -93,11 +96,11 @@ class JobContext(TeamFacts):
     # --- Evaluator ----------------------------------------------------------------------
     async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
                       active: frozenset[str] | None = None) -> Rollout | None:
-        return await self.evaluator.rollout(bundle, problem, iteration=iteration, active=active)
+        return await self._evaluator.rollout(bundle, problem, iteration=iteration, active=active)
 
     async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,
                        iteration: int) -> list[Rollout | None]:
-        return await self.evaluator.rollouts(bundle, problems, iteration=iteration)
+        return await self._evaluator.rollouts(bundle, problems, iteration=iteration)
 
     # --- LanguageModels -----------------------------------------------------------------
     async def reflect(self, prompt: str, *, purpose: str, temperature: float | None = None,
@@ -123,7 +126,7 @@ class JobContext(TeamFacts):
     def record_candidate(self, bundle: Mapping[str, str], *, scores: Mapping[str, float],
                          note: str = "", iteration: int | None = None,
                          parent: str | None = None) -> None:
-        self.recorder.record_candidate(bundle, scores=scores, note=note, iteration=iteration,
+        self._recorder.record_candidate(bundle, scores=scores, note=note, iteration=iteration,
                                        parent=parent)
 
     def record_proposal(self, bundle: Mapping[str, str], *, parent: str | None,
@@ -131,38 +134,39 @@ class JobContext(TeamFacts):
                         scores: Mapping[str, float] | None = None, scored_on: str | None = None,
                         rejected_by: str | None = None, reason: str = "",
                         iteration: int | None = None) -> None:
-        self.recorder.record_proposal(bundle, parent=parent, roles=roles, accepted=accepted,
+        self._recorder.record_proposal(bundle, parent=parent, roles=roles, accepted=accepted,
                                       scores=scores, scored_on=scored_on,
                                       rejected_by=rejected_by, reason=reason,
                                       iteration=iteration)
 
     def checkpoint(self, state: Mapping[str, object]) -> None:
-        self.recorder.checkpoint(state)
+        self._recorder.checkpoint(state)
 
     def restore(self, *, fast_forward: bool = False) -> dict | None:
-        return self.recorder.restore(fast_forward=fast_forward)
+        return self._recorder.restore(fast_forward=fast_forward)
 
     # --- for the protocol ---------------------------------------------------------------
     @property
-    def journal(self) -> RolloutJournal:
-        return self.evaluator.journal
+    def journaled(self) -> int:
+        """Charged rollouts in the journal (a resumed job replays them)."""
+        return len(self._evaluator.journal)
 
     @property
     def history(self) -> HistoryLog:
-        return self.recorder.history
+        return self._recorder.history
 
     @property
     def last_iteration(self) -> int:
-        return self.evaluator.last_iteration
+        return self._evaluator.last_iteration
 
     @property
     def replays(self) -> int:
-        return self.evaluator.replays
+        return self._evaluator.replays
 
     def ledger_state(self) -> dict[str, Any]:
-        return self.evaluator.ledger_state()
+        return self._evaluator.ledger_state()
 
     def forget_refunded(self, tripped: Misconfigured) -> int:
         """Drop from the journal the rollouts a misconfiguration refunded, so a rerun with a
         working endpoint runs them afresh (`JobEvaluator.forget_refunded`)."""
-        return self.evaluator.forget_refunded(tripped)
+        return self._evaluator.forget_refunded(tripped)

@@ -9,7 +9,9 @@ Contract:
   labelled row (`labelled`, which only the protocol holds; the method's problems of its
   selection set carry no hidden tests). A rollout on a selection-set row, and every rollout
   when `feedback="verdict"`, comes back `verdict_only`: the score, the verdict and the error,
-  never the failing test's input or expected output. The journal keeps the whole rollout.
+  never the failing test's input or expected output (on a selection-set row the error keeps
+  only the exception's name). The journal keeps the whole rollout; it and the labelled rows
+  are the protocol's (`JobContext` holds this evaluator privately).
 - Replay (`lcb.optimize.journal`): a rollout key (bundle, row, iteration, mask) already in the
   journal is never run again. The first time this process asks for a journaled key (a resumed
   job retracing its path) the journaled rollout is charged again in the ledger, which a
@@ -51,7 +53,7 @@ class JobEvaluator:
                  labelled: Mapping[str, Problem], ledger: BudgetLedger, optimizer_seed: int,
                  runner: TeamRunner, job_dir: Path, feedback: str = "full") -> None:
         self.seed_bundle, self.data, self.ledger = seed_bundle, data, ledger
-        self.labelled, self.feedback = labelled, feedback
+        self._labelled, self.feedback = labelled, feedback
         self._selection = frozenset(problem.id for problem in data.validation)
         self.optimizer_seed, self.runner = optimizer_seed, runner
         self.journal = RolloutJournal(Path(job_dir))
@@ -64,7 +66,7 @@ class JobEvaluator:
                       active: frozenset[str] | None = None) -> Rollout | None:
         """One rollout of `bundle` on a train/validation `problem` (module docstring)."""
         self.data.problem(problem.id)  # raises SplitLeak for a test row, KeyError for others
-        labelled = self.labelled[problem.id]
+        labelled = self._labelled[problem.id]
         result = await self._rollout(bundle, labelled, iteration=iteration, active=active)
         return self._shown(result, labelled)
 
@@ -72,8 +74,9 @@ class JobEvaluator:
         """What the method may see of `rollout` (module docstring)."""
         if rollout is None:
             return None
-        if problem.id in self._selection or self.feedback == "verdict":
-            return verdict_only(rollout, tests_of=self.runner.tests_of(problem))
+        sealed = problem.id in self._selection
+        if sealed or self.feedback == "verdict":
+            return verdict_only(rollout, tests_of=self.runner.tests_of(problem), sealed=sealed)
         return rollout
 
     async def _rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,

@@ -133,6 +133,7 @@ def job_spec(config: JobConfig, cell: TeamCell, splits: Splits, reflection: Mode
                    method_settings=method_settings,
                    selection=config.selection, selection_split=_carved(splits, config.selection),
                    feedback=config.feedback, uncharged_cost=config.uncharged_cost,
+                   allow_small_budget=config.allow_small_budget,
                    seed_prompts=bundle_hashes(seed),
                    provenance=provenance.collect(task=config.model, reflection=reflection,
                                                  grader=GRADER, sandbox=config.sandbox,

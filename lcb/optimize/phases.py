@@ -125,9 +125,9 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
     ctx = JobContext(cell=job.cell, seed_bundle=job.seed_bundle, data=data, labelled=rows,
                      ledger=ledger, optimizer_seed=job.optimizer_seed, runner=team,
                      calls=calls, job_dir=job.out, feedback=job.feedback)
-    if len(ctx.journal):
+    if ctx.journaled:
         log.info("optimize: resuming; %d journaled rollout(s) are replayed without model calls",
-                 len(ctx.journal))
+                 ctx.journaled)
     ctx.record_candidate(job.seed_bundle, scores={}, note="seed bundle", iteration=0)
     try:
         incumbent = await optimizer.optimize(ctx)

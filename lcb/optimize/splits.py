@@ -303,8 +303,14 @@ def selection_rows(splits: Splits, selection: str) -> tuple[tuple[str, ...], tup
     if selection == "validation":
         return splits.train, splits.validation
     if selection == "train":
-        return carve_selection(splits.train, selection_size(len(splits.train),
-                                                            len(splits.validation)))
+        size = selection_size(len(splits.train), len(splits.validation))
+        if size < 1:
+            raise SplitError(f"--selection train carves the selection set from train, which "
+                             f"has {len(splits.train)} row(s) (and validation "
+                             f"{len(splits.validation)}): it needs at least 2 train rows and "
+                             "one validation row to size it; use more data or "
+                             "--selection validation")
+        return carve_selection(splits.train, size)
     raise ValueError(f"unknown selection {selection!r}; known: {', '.join(SELECTIONS)}")
 
 

@@ -30,6 +30,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -148,17 +149,35 @@ async def run_team(cell: TeamCell, problem: Problem, runtime: TeamRuntime, *,
                            usage=usage_of(spent)) from None
 
 
-def verdict_only(rollout: Rollout, *, tests_of: tuple[int, int] | None) -> Rollout:
+def verdict_only(rollout: Rollout, *, tests_of: tuple[int, int] | None,
+                 sealed: bool = False) -> Rollout:
     """`rollout` as a method sees it when labels are not its to read (`lcb.optimize.sealing`):
     the grade's feedback keeps the failing test's index, verdict and the program's error text,
     never the test's input, expected output or the program's output; `feedback` is rebuilt
-    from what is left. A rollout with no failing test's feedback comes back as it is."""
+    from what is left. On a `sealed` row (a selection-set row) the error keeps only the
+    exception's name: a program can print the input it read to stderr, and a traceback's last
+    line may quote it. A rollout with no failing test's feedback comes back as it is."""
     grade = rollout.grade
     if grade is None or grade.feedback is None:
         return rollout
-    bare = replace(grade, feedback=replace(grade.feedback, input="", expected="", actual=""))
+    error = exception_name(grade.feedback.error) if sealed else grade.feedback.error
+    bare = replace(grade, feedback=replace(grade.feedback, input="", expected="", actual="",
+                                           error=error))
     return replace(rollout, grade=bare,
                    feedback=feedback_text(rollout.team, bare, tests_of=tests_of, labels=False))
+
+
+_EXCEPTION = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
+
+
+def exception_name(error: str) -> str:
+    """The exception class of the last line of an error text that starts with one
+    (`ValueError` of "ValueError: bad input"), else "": the message itself may quote data."""
+    for line in reversed(error.splitlines()):
+        found = _EXCEPTION.match(line.strip())
+        if found:
+            return found.group(1)
+    return ""
 
 
 class TeamRunner:

@@ -14,6 +14,8 @@ from tests.helpers_methods import REFLECTION_ENV
 from tests.helpers_optimize import TeamModel, sample_problems
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
+pytestmark = pytest.mark.slow  # whole optimizer jobs
+
 FIRST = ["optimize", "--method", "gepa", "--topology", "single", "--seed", "2", "--data",
          "sample", "--budget", "10", "--temperature", "0.5", "--selection", "train",
          "--feedback", "verdict", "--set", "minibatch=2", "--concurrency", "2"]
@@ -67,3 +69,24 @@ def test_a_file_that_is_not_a_job_or_another_reflection_model_is_refused(first_j
         job_flags(first / "job.json")
     with pytest.raises(ValueError, match="more than once"):
         expand_from(["--from", "a", "--from", "b"])
+
+
+def test_the_jobs_folder_works_and_a_folder_without_one_is_named(first_job, tmp_path):
+    server, first = first_job
+    flags = expand_from(["--from", str(first)])
+    assert flags[flags.index("--out") + 1] == str(first)
+    (tmp_path / "empty").mkdir()
+    done = lcb(server.base_url, "optimize", "--from", str(tmp_path / "empty"))
+    assert done.exit_code == 2 and "not a job's job.json" in done.output
+    assert "Traceback" not in done.output
+
+
+def test_a_job_run_below_its_minimum_reruns_with_the_same_permission(scripted, tmp_path):
+    server = scripted(TeamModel(sample_problems()))
+    args = [*FIRST, "--out", str(tmp_path / "small")]
+    args[args.index("--budget") + 1] = "4"
+    assert lcb(server.base_url, *args).exit_code == 2  # below gepa's minimum: refused
+    done = lcb(server.base_url, *args, "--allow-small-budget")
+    assert done.exit_code == 0, done.output
+    assert read_model(tmp_path / "small" / "job.json", JobSpec).allow_small_budget
+    assert "--allow-small-budget" in job_flags(tmp_path / "small" / "job.json")

@@ -90,11 +90,12 @@ def test_a_batch_refused_before_any_work_loads_no_model_stack(tmp_path, argv, sa
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["--method", "nope"], "unknown optimizer method 'nope'"),
-    (["--method", "tavo", "--topology", "single"], "optimizes multi-agent teams"),
+    pytest.param(["--method", "tavo", "--topology", "single"], "optimizes multi-agent teams",
+                 marks=pytest.mark.slow),
     (["--method", "gepa", "--set", "nope=1"], "unknown setting 'nope' of method 'gepa'"),
-    (["--method", "gepa", "--team-size", "7"], "7"),
+    pytest.param(["--method", "gepa", "--team-size", "7"], "7", marks=pytest.mark.slow),
     (["--method", "gepa", "--data", "MISSING"], "no such file or directory"),
-    (["--method", "gepa", "--cache", "FILE"], "--cache"),
+    pytest.param(["--method", "gepa", "--cache", "FILE"], "--cache", marks=pytest.mark.slow),
 ])
 def test_an_optimizer_job_refused_before_any_work_loads_no_model_stack(tmp_path, argv, said):
     (tmp_path / "file").write_text("x")

@@ -20,6 +20,8 @@ from tests.cgroup_guard import pids_guard
 from tests.probes.problems import PROBLEMS
 from tests.probes.programs import ALL_PROBES, Probe
 
+pytestmark = pytest.mark.slow  # grades the whole probe corpus twice: the full suite runs it
+
 RUN_SLOW = os.environ.get("LCB_SLOW_PROBES") == "1"
 SELECTED = [p for p in ALL_PROBES if not p.slow or RUN_SLOW or "ci" in p.tags]
 GRADERS = ("default", "official")

@@ -162,7 +162,8 @@ def test_a_spec_never_judged_is_not_conformant_and_judgement_round_trips():
     job = judged(spec(budget=30))
     again = JobSpec.model_validate_json(job.model_dump_json())
     assert again == job and again.deviations == ["budget=30 (expected: 600)"]
-    assert set(job.settings()) == set(JobSpec.model_fields) - {"provenance", "conformance"}
+    assert set(job.settings()) == set(JobSpec.model_fields) - {"provenance", "conformance",
+                                                               "allow_small_budget"}
 
 
 def test_job_spec_records_settings_provenance_and_redacts_keys(tmp_path, monkeypatch):

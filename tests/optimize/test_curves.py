@@ -76,6 +76,7 @@ class Adopting(Probe):
         return bundle
 
 
+@pytest.mark.slow
 def test_a_job_with_curve_scores_each_snapshot_on_validation_after_the_seal(
         scripted, tmp_path, monkeypatch):
     monkeypatch.setitem(methods.OPTIMIZERS, "probe", Adopting)

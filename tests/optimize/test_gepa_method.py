@@ -216,6 +216,7 @@ def test_the_bridge_refuses_the_loop_thread() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_gepa_job_end_to_end(scripted, tmp_path, monkeypatch) -> None:
     """optimize -> validate -> test through the scripted server, the real team and grader."""
     splits = sample_splits()

@@ -587,12 +587,14 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology) 
     assert_fix_deployed(outcome)
 
 
+@pytest.mark.slow
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     outcome = planted(scripted, tmp_path, monkeypatch, "independent", budget=PLANTED_BUDGET,
                       control=True)
     assert_seed_kept(outcome)
 
 
+@pytest.mark.slow
 def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path, monkeypatch) -> None:
     # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the stop lands at
     # 21 charged, in cycle 2, so the rerun fast-forwards to cycle 1's checkpoint

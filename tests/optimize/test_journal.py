@@ -256,7 +256,7 @@ def test_a_new_transcript_never_takes_the_file_of_a_kept_line_after_a_drop(scrip
         async with job_context(server.base_url, tmp_path, budget=8) as ctx:
             for problem in rows:
                 await ctx.rollout(ctx.seed_bundle, problem, iteration=iteration)
-            return ctx.journal
+            return ctx._evaluator.journal
 
     journal = asyncio.run(run(TRAIN[:3], 1))
     journal.drop([journal.lines[0]["key"]])

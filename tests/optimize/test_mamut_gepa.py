@@ -587,6 +587,7 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, 
     assert set(outcome.job.model.uncharged) == {"team_responder"}
 
 
+@pytest.mark.slow
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="mamut_gepa",
                           topology="independent", team_size=2, budget=PLANTED_BUDGET,

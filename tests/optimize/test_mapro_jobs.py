@@ -55,6 +55,7 @@ def test_a_planted_job_deploys_the_fix_on_every_team(scripted, tmp_path, monkeyp
         assert list(json.loads(maps[0].reason)["edges"]) == ["coder>debugger"]
 
 
+@pytest.mark.slow
 def test_a_planted_job_on_a_star_of_three_workers(scripted, tmp_path, monkeypatch):
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="mapro",
                           topology="centralized", team_size=4, budget=PLANTED_BUDGET,
@@ -67,6 +68,7 @@ def test_a_planted_job_on_a_star_of_three_workers(scripted, tmp_path, monkeypatc
     assert all(edge.startswith("manager>") for m in maps for edge in m["edges"])
 
 
+@pytest.mark.slow
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch):
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="mapro",
                           topology="sequential", team_size=2, budget=PLANTED_BUDGET,

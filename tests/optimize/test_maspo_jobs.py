@@ -92,6 +92,7 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, 
     _history_holds_the_evidence(outcome.job.out)
 
 
+@pytest.mark.slow
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="maspo",
                           topology="independent", team_size=2, budget=PLANTED_BUDGET,

@@ -358,6 +358,7 @@ def _without(entries: list[dict], *keys: str) -> list[dict]:
     return [{k: v for k, v in e.items() if k not in keys} for e in entries]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", [3, 7])
 def test_a_resumed_run_retraces_the_path_without_charging_twice(kill_at: int) -> None:
     first = standard(150, n_train=30, n_val=12)

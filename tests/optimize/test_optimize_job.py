@@ -123,6 +123,7 @@ def test_budget_infra_refunds_and_a_strictly_better_incumbent(scripted, tmp_path
     assert [i.id for i in result.items if i.baseline < i.deployed] == [SPLITS.test[1]]
 
 
+@pytest.mark.slow
 def test_a_rerun_with_the_same_seeds_reproduces_the_records(scripted, tmp_path, monkeypatch):
     runs = []
     for name in ("a", "b"):

@@ -5,6 +5,8 @@ import asyncio
 import json
 import math
 
+import pytest
+
 from lcb.optimize import methods
 from lcb.optimize.aggregate import aggregate
 from lcb.optimize.job import run_job
@@ -41,6 +43,7 @@ def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_every_phase_reports_calls_and_tokens_per_model_and_kind_and_they_add_up(
         scripted, tmp_path, monkeypatch):
     out, cost = _job(scripted, tmp_path, monkeypatch)
@@ -83,6 +86,7 @@ def test_every_phase_reports_calls_and_tokens_per_model_and_kind_and_they_add_up
         "held_out": 1}
 
 
+@pytest.mark.slow
 def test_uncharged_cost_charges_each_call_and_is_reported(scripted, tmp_path, monkeypatch):
     out, cost = _job(scripted, tmp_path, monkeypatch, uncharged_cost=0.5)
     # three reflect calls at 0.5 take two of the six units: four rollouts are left

@@ -17,6 +17,7 @@ def test_a_killed_retracing_job_resumes_to_the_uninterrupted_result(scripted, tm
     assert_resumes_to_whole(scripted, tmp_path, "gepa")
 
 
+@pytest.mark.slow
 def test_an_interrupted_mipro_job_resumes_to_the_uninterrupted_result(scripted, tmp_path,
                                                                        monkeypatch):
     assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "mipro")

@@ -12,6 +12,7 @@ from lcb.optimize.artifacts import JobResult, JobSpec, read_model
 from lcb.optimize.job import run_job
 from lcb.optimize.sealing import LabelsHidden, carve_selection, selection_size
 from lcb.optimize.splits import load_optimizer_data
+from tests.helpers_agents import fenced
 from tests.helpers_optimize import (
     Probe,
     TeamModel,
@@ -44,6 +45,7 @@ class Reader(Probe):
         return {"tests": [t.output for t in ctx.data.validation[0].private_tests]}
 
 
+@pytest.mark.slow
 def test_a_job_whose_method_reads_validation_labels_fails_with_the_rule(scripted, tmp_path,
                                                                          monkeypatch):
     monkeypatch.setitem(methods.OPTIMIZERS, "probe", Reader)
@@ -58,7 +60,7 @@ def _failing_feedback(server_url, tmp_path, feedback):
 
     async def main(server):
         async with job_context(server.base_url, tmp_path / feedback, budget=4) as ctx:
-            ctx.evaluator.feedback = feedback
+            ctx._evaluator.feedback = feedback
             rows = [ctx.data.problem(i) for i in sorted(wrong)]
             return {r.problem_id: r for r in await ctx.rollouts(ctx.seed_bundle, rows,
                                                                 iteration=1)}
@@ -108,6 +110,7 @@ def _job(scripted, tmp_path, monkeypatch, **config):
     return probe, {p.id for p in sampled if p is not None}, result, spec
 
 
+@pytest.mark.slow
 def test_selection_train_runs_no_validation_row_before_the_gate(scripted, tmp_path,
                                                                  monkeypatch):
     probe, optimized, result, spec = _job(scripted, tmp_path, monkeypatch, selection="train")
@@ -121,6 +124,7 @@ def test_selection_train_runs_no_validation_row_before_the_gate(scripted, tmp_pa
     assert result.cost["rows"] == {"train": 8, "validation": 0}
 
 
+@pytest.mark.slow
 def test_a_method_that_ran_validation_rows_is_recorded_as_reusing_the_gate(scripted, tmp_path,
                                                                             monkeypatch):
     _, optimized, result, spec = _job(scripted, tmp_path, monkeypatch)
@@ -128,3 +132,44 @@ def test_a_method_that_ran_validation_rows_is_recorded_as_reusing_the_gate(scrip
     assert spec.selection == "validation" and spec.selection_split is None
     assert result.cost["gate"] == "reused"
     assert result.cost["rows"] == {"train": 8, "validation": 3}
+
+
+LEAKY = ("import sys\ndata = sys.stdin.read()\nsys.stderr.write('LEAK<' + data + '>')\n"
+         "raise ValueError('bad input: ' + data)")
+
+
+class LeakyModel(TeamModel):
+    """Answers the wrong rows with a program that writes its input to stderr and raises with it."""
+
+    def __call__(self, request):
+        problem = self.problem_of(request)
+        if problem is not None and problem.id in self.wrong:
+            return fenced(LEAKY)
+        return super().__call__(request)
+
+
+def test_a_programs_error_text_carries_no_input_of_a_sealed_row(scripted, tmp_path):
+    wrong = frozenset({SPLITS.train[0], SPLITS.validation[0]})
+    server = scripted(LeakyModel(sample_problems(), wrong=wrong))
+
+    async def main():
+        async with job_context(server.base_url, tmp_path / "job", budget=4) as ctx:
+            assert not hasattr(ctx, "journal") and not hasattr(ctx, "evaluator")
+            rows = [ctx.data.problem(i) for i in sorted(wrong)]
+            return {r.problem_id: r for r in await ctx.rollouts(ctx.seed_bundle, rows,
+                                                                iteration=1)}
+
+    seen = asyncio.run(main())
+    sealed, train = seen[SPLITS.validation[0]], seen[SPLITS.train[0]]
+    assert "LEAK<" not in sealed.feedback and "bad input" not in sealed.feedback
+    assert sealed.grade.feedback.error == "ValueError" and "ValueError" in sealed.feedback
+    assert "LEAK<" in train.feedback  # a train row's failure is shown whole (--feedback full)
+
+
+def test_selection_train_needs_two_train_rows_to_carve_from():
+    from lcb.optimize.splits import SplitError, Splits, selection_rows
+
+    tiny = Splits(train=("t0",), validation=("v0",), test=("x0",))
+    with pytest.raises(SplitError, match="at least 2 train rows"):
+        selection_rows(tiny, "train")
+    assert selection_rows(tiny, "validation") == (("t0",), ("v0",))

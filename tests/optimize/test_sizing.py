@@ -53,6 +53,7 @@ def test_one_rollout_short_of_the_minimum_is_refused_before_any_work(scripted, t
     assert needed == minimum(method, budget=needed - 1)[0]  # the rule does not move with it
 
 
+@pytest.mark.slow
 def test_the_minimum_buys_gepa_one_scored_proposal_and_allowing_less_keeps_the_seed(
         scripted, tmp_path, monkeypatch):
     for name in REFLECTION_ENV:

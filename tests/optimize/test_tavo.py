@@ -569,6 +569,7 @@ def test_the_planted_fix_is_deployed(scripted, tmp_path, monkeypatch, topology, 
     assert "tavo_responder" in outcome.job.model.uncharged
 
 
+@pytest.mark.slow
 def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
     outcome = run_planted(scripted, tmp_path, monkeypatch, method="tavo", topology="independent",
                           team_size=2, budget=PLANTED_BUDGET, answering_role="coder",

@@ -25,7 +25,7 @@ from tests.helpers_report import (
     write_run,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # a browser and whole reports
 CHROMIUM = Path("/usr/bin/chromium")
 README_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "report.png"
 

@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -329,9 +330,10 @@ def test_a_full_disk_mid_batch_is_one_line_and_keeps_what_was_written(scripted, 
                                                                      monkeypatch):
     ids, data, server, out = solvable_batch(scripted, tmp_path, 4)
     real = RecordLog.append
+    calls = itertools.count()  # next() is atomic: two appends at once cannot both go first
 
     def append(self, record):
-        if read_records(self.path):
+        if next(calls):  # the disk fills after the first record, whoever writes next
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(self, record)
 
