@@ -54,7 +54,7 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     """Run the phases of a job whose input `lcb.optimize.job.run_job` checked (module doc)."""
     reflection = config.reflection or reflection_config(config.model)
     spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
-    if not _optimized(config.out):
+    if hasattr(optimizer, "minimum_budget") and not _optimized(config.out):
         rows = load_optimizer_rows(splits, data=config.data, release=config.release,
                                    selection=config.selection)
         view = SizingView(cell=cell, seed_bundle=seed, optimizer_seed=config.seed,
