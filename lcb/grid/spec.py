@@ -24,14 +24,28 @@ Contract:
   or communication (`{method: tavo, team_size: {not: 4}}` keeps tavo's `single` jobs).
 - `out` (default `runs`) and a relative `data` path are relative to the spec file's folder,
   which is also where jobs run (`GridSpec.base`).
+- Hostile text is refused, naming the field: every string that reaches sbatch, submitit, a
+  command line, a log or a path holds no control character (a newline would add an `#SBATCH`
+  line); a model's name is a folder name (letters, digits, `_`, `.`, `-`, not first), its id
+  holds no white space, `api_key_env` is a variable name, `slurm.partition` a partition list
+  and `slurm.log_folder` stays inside the grid folder (relative, no `..`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from lcb.registry import (
     COMMUNICATIONS,
@@ -56,6 +70,42 @@ class SpecError(ValueError):
     """A grid spec that cannot be used; the message names the file and the fields."""
 
 
+def _plain(text: str) -> str:
+    """Text with no control character (module docstring)."""
+    bad = next((ch for ch in text if ord(ch) < 32 or ord(ch) == 127), None)
+    if bad is not None:
+        raise ValueError(f"holds the control character {bad!r}: refused, since it would reach "
+                         "sbatch, a command line, a log or a path as it is")
+    return text
+
+
+def _matching(pattern: str, what: str) -> Any:
+    rule = re.compile(pattern)
+
+    def check(text: str) -> str:
+        _plain(text)
+        if not rule.fullmatch(text):
+            raise ValueError(f"{text!r} is not {what}")
+        return text
+
+    return AfterValidator(check)
+
+
+def _inside(text: str) -> str:
+    """A folder inside the grid folder: relative, no `..`."""
+    path = PurePosixPath(_plain(text))
+    if path.is_absolute() or ".." in path.parts or "\\" in text:
+        raise ValueError(f"{text!r} must stay inside the grid folder: a relative path "
+                         "without '..'")
+    return text
+
+
+PlainText = Annotated[str, AfterValidator(_plain)]
+NAME_RULE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+FolderName = Annotated[str, _matching(NAME_RULE, "a folder name (letters, digits, '_', '.', "
+                                                 "'-'; not first)")]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -63,9 +113,10 @@ class _Strict(BaseModel):
 class ModelSpec(_Strict):
     """One task model: its id, the base URLs serving it, the variable holding its key."""
 
-    id: str = Field(min_length=1)
-    endpoints: tuple[str, ...] = ()
-    api_key_env: str | None = None
+    id: Annotated[str, _matching(r"\S+", "a model id (no white space)")]
+    endpoints: tuple[PlainText, ...] = ()
+    api_key_env: Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*",
+                                          "an environment variable's name")] | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -91,8 +142,8 @@ class Settings(_Strict):
     """Settings shared by every job of the grid (None: the command's default)."""
 
     budget: int | None = Field(default=None, ge=0)
-    data: str | None = None
-    release: str | None = None
+    data: PlainText | None = None
+    release: FolderName | None = None
     opt_tests: int | None = Field(default=None, ge=1)
     grader: Literal[GRADERS] | None = None  # type: ignore[valid-type]
     sandbox: Literal[SANDBOXES] | None = None  # type: ignore[valid-type]
@@ -127,19 +178,20 @@ class SlurmSpec(_Strict):
     `cluster: local` runs the array as processes on this machine without Slurm (submitit's
     local executor), a dry run of the Slurm path."""
 
-    partition: str | None = None
+    partition: Annotated[str, _matching(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*",
+                                        "a partition or a comma-separated list")] | None = None
     time_limit_min: int = Field(default=24 * 60, ge=1)
     array_parallelism: int = Field(default=64, ge=1)
     cpus_per_task: int = Field(default=4, ge=1)
     mem_gb: float | None = Field(default=None, gt=0)
-    log_folder: str = ".grid/slurm"
+    log_folder: Annotated[str, AfterValidator(_inside)] = ".grid/slurm"
     cluster: Literal["slurm", "local"] = "slurm"
 
 
 class RaySpec(_Strict):
     """The Ray settings (`--executor ray`): an existing cluster, or a local instance."""
 
-    address: str | None = None
+    address: PlainText | None = None
     num_cpus: int | None = Field(default=None, ge=1)
     cpus_per_job: float = Field(default=1, gt=0)
 
@@ -148,12 +200,12 @@ class GridSpec(_Strict):
     """A whole grid (module docstring)."""
 
     kind: Literal["optimize", "run"] = "optimize"
-    out: str = "runs"
+    out: PlainText = "runs"
     methods: tuple[str, ...] = ()
     topologies: tuple[str, ...] = Field(min_length=1)
     team_sizes: tuple[Int | None, ...] = Field(default=(None,), min_length=1)
     communications: tuple[str, ...] = Field(default=(DEFAULT_COMMUNICATION,), min_length=1)
-    models: dict[str, ModelSpec] = Field(min_length=1)
+    models: dict[FolderName, ModelSpec] = Field(min_length=1)
     seeds: tuple[Int, ...] = Field(default=(0, 1, 2), min_length=1)
     settings: Settings = Settings()
     method_settings: dict[str, dict[str, Any]] = {}
@@ -191,13 +243,22 @@ class GridSpec(_Strict):
             raise ValueError("a seed is not negative")
         return _unique(values)
 
-    @field_validator("models")
+    @field_validator("method_settings")
     @classmethod
-    def _model_names(cls, models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
-        for name in models:
-            if not name or "/" in name or name.startswith("."):
-                raise ValueError(f"a model's name is a folder name: no '/', got {name!r}")
-        return models
+    def _setting_text(cls, values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    _plain(str(key))
+                    walk(inner)
+            elif isinstance(value, list | tuple):
+                for inner in value:
+                    walk(inner)
+            elif isinstance(value, str):
+                _plain(value)
+
+        walk(values)
+        return values
 
     @model_validator(mode="after")
     def _coherent(self) -> GridSpec:

@@ -210,3 +210,34 @@ def test_grid_help_takes_h_and_shows_real_metavars(words):
     shown = CliRunner().invoke(app, [*words, "-h"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "Usage: lcb " in shown.output
     assert not re.search(r"<(bool|str|int|float|path|text)>", shown.output), shown.output
+
+
+SCRIPTED = {"id": "scripted-model", "endpoints": [URL]}
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"slurm": {"partition": "gpu\n#SBATCH --wrap=id"}}, "slurm.partition"),
+    ({"slurm": {"partition": "gpu;id"}}, "slurm.partition"),
+    ({"slurm": {"log_folder": "../../elsewhere"}}, "slurm.log_folder"),
+    ({"slurm": {"log_folder": "/tmp/logs"}}, "slurm.log_folder"),
+    ({"models": {"../up": SCRIPTED}}, "models"),
+    ({"models": {".hidden": SCRIPTED}}, "models"),
+    ({"models": {"m": {**SCRIPTED, "id": "qwen\n--out /"}}}, "models.m.id"),
+    ({"models": {"m": {**SCRIPTED, "id": "two words"}}}, "models.m.id"),
+    ({"models": {"m": {**SCRIPTED, "api_key_env": "KEY; id"}}}, "models.m.api_key_env"),
+    ({"out": "runs\r"}, "out"),
+    ({"settings": {"data": "sample\x1b[2J", "budget": 4}}, "settings.data"),
+    ({"settings": {"release": "../release_v1", "budget": 4}}, "settings.release"),
+    ({"ray": {"address": "auto\x00"}}, "ray.address"),
+    ({"method_settings": {"gepa": {"note\nx": 1}}}, "method_settings"),
+])
+def test_hostile_text_is_refused_naming_the_field(tmp_path, change, field):
+    said = error_of(tmp_path, small_grid(URL, **change))
+    assert f"{field}" in said and ("control character" in said or "is not" in said
+                                   or "inside the grid folder" in said), said
+
+
+def test_ordinary_names_and_folders_still_pass(tmp_path):
+    spec = spec_of(tmp_path, slurm={"partition": "gpu,cpu-long", "log_folder": "logs/slurm"},
+                   models={"qwen-3.5_9b": {**SCRIPTED, "api_key_env": "QWEN_KEY"}})
+    assert spec.slurm.partition == "gpu,cpu-long" and "qwen-3.5_9b" in spec.models
