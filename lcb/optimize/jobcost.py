@@ -19,9 +19,10 @@ Contract of `read_cost(job_dir, budget=...)`:
   wall time; None for a job with neither a ledger nor a declared one) and where the method's
   charged rollouts ran, `rows` (train / validation counts) and `gate`: `held_out` when no
   validation row was run during optimize, else `reused` (the method selected on the rows the
-  gate scores again). `phases` from the job's files when they
-  are there (with the wall times `result.json` leaves out), the others from `result.json`'s
-  `cost` when it records them; else from the files (a job written before these existed).
+  gate scores again). `phases` comes from the job's files when they are there (with the wall
+  times `result.json` leaves out), the others from `result.json`'s `cost` when it records
+  them; else from the files (a job written before these existed). Reading the phases reads
+  the job's journal and evaluation records: an aggregate of thousands of jobs pays for it.
 - Older ledgers keyed uncharged usage by purpose ("gepa:reflect:coder"); `kind_of` maps a key
   to its kind: one of `KINDS` as is, else "judge" or "probe" when the key contains that word,
   else "reflect". Usage of keys that map to one kind is summed.
