@@ -37,7 +37,7 @@ def expand_from(args: list[str]) -> list[str]:
         return args
     index, width, path = found
     rest = args[:index] + args[index + width:]
-    job_file = Path(path) / "job.json" if Path(path).is_dir() else Path(path)
+    job_file = _job_file(Path(path))
     flags = job_flags(job_file)
     if not any(a == "--out" or a.startswith("--out=") for a in rest):
         flags += ["--out", str(job_file.parent)]
@@ -59,8 +59,7 @@ def _find(args: list[str]) -> tuple[int, int, str] | None:
 
 def job_flags(path: Path) -> list[str]:
     """The flags that rebuild the job `path` records (module docstring)."""
-    if path.is_dir():  # the job's folder named instead of its file
-        path = path / "job.json"
+    path = _job_file(path)
     try:
         spec = read_model(path, JobSpec)
     except (ArtifactError, OSError) as exc:
@@ -86,6 +85,11 @@ def job_flags(path: Path) -> list[str]:
     for pair in assignments(spec.method_settings):
         flags += ["--set", pair]
     return flags
+
+
+def _job_file(path: Path) -> Path:
+    """`path`, or its `job.json` when it names the job's folder."""
+    return path / "job.json" if path.is_dir() else path
 
 
 def _check_reflection(spec: JobSpec) -> None:

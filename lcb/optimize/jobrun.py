@@ -54,6 +54,7 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     """Run the phases of a job whose input `lcb.optimize.job.run_job` checked (module doc)."""
     reflection = config.reflection or reflection_config(config.model)
     spec = job_spec(config, cell, splits, reflection, seed=seed, method_settings=settings)
+    rows = None  # loaded once, for the budget check and then the optimize phase
     if hasattr(optimizer, "minimum_budget") and not _optimized(config.out):
         rows = load_optimizer_rows(splits, data=config.data, release=config.release,
                                    selection=config.selection)
@@ -78,7 +79,8 @@ async def run_checked(config: JobConfig, optimizer: Optimizer, *, cell: TeamCell
     job = phases.PhaseJob(out=out, cell=cell, seed_bundle=seed, splits=splits,
                           optimizer_seed=config.seed, data=config.data, release=config.release,
                           selection=config.selection, feedback=config.feedback,
-                          uncharged_cost=config.uncharged_cost)
+                          uncharged_cost=config.uncharged_cost,
+                          rows=None if rows is None else tuple(rows))
     curve = config.curve and not (out / CURVE_FILE).exists()
     with GradingPool(config.grade_workers, sandbox=config.sandbox) as pool:
         if todo or curve:  # prove the grader works here before the first rollout

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,8 @@ class PhaseJob:
     selection: str = "validation"  # where the method's selection set comes from (SELECTIONS)
     feedback: str = "full"  # what a method learns of a failed train rollout (FEEDBACK_MODES)
     uncharged_cost: float = 0.0  # budget units per uncharged call (`BudgetLedger`)
+    # the optimize phase's labelled rows when the job loaded them already (the budget check)
+    rows: tuple[Problem, ...] | None = field(default=None, compare=False, repr=False)
 
     def evaluation(self, phase: str, label: str, bundle: Mapping[str, str]) -> Evaluation:
         return Evaluation(self.out, phase, label, dict(bundle), self.optimizer_seed)
@@ -114,8 +116,8 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
     interrupted optimization is resumed: its journal is replayed (`lcb.optimize.evaluator`).
     """
     _fresh_start(job.out)
-    rows = load_optimizer_rows(job.splits, data=job.data, release=job.release,
-                               selection=job.selection)
+    rows = list(job.rows) if job.rows is not None else load_optimizer_rows(
+        job.splits, data=job.data, release=job.release, selection=job.selection)
     data = OptimizerData(job.splits, rows, selection=job.selection)
     ledger = BudgetLedger(budget, uncharged_rate=job.uncharged_cost)
     calls = ModelCalls(reflection=reflection, task=team.runtime.config, ledger=ledger,
