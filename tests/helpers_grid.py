@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,29 @@ def sleeper_job(root: Path, base_url: str, seconds: float = 60.0) -> GridJob:
                    argv=(sys.executable, "-c", code), cwd=root, out=out,
                    done_file="result.json", root=root,
                    env={"VLLM_BASE_URL": base_url, "MODEL_ID": MODEL})
+
+
+def dead_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def journal(job: GridJob) -> dict[str, str]:
+    """The job's appended files (history, evaluation records): their whole lines, by path."""
+    files = {p: p.read_text(errors="replace") for p in sorted(job.out.rglob("*.jsonl"))}
+    return {str(p): text[:text.rfind("\n") + 1] for p, text in files.items() if "\n" in text}
+
+
+def result_view(spec: GridSpec) -> dict[str, Any]:
+    """Each finished job's `result.json` by key, with paths and wall times taken out (two grid
+    folders compare equal)."""
+    return {key: _strip(result, str(spec.root)) for key, result in results(spec).items()}
+
+
+def charged_keys(job: GridJob) -> list[str]:
+    """The rollout keys of the job's journal, in order (a key charged twice shows twice)."""
+    path = job.out / "rollouts.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [json.loads(line)["key"] for line in lines if line.strip()]

@@ -6,16 +6,22 @@
   `slurm` (one submitit array; `--no-wait` returns once it is submitted) or `ray`
   (`--address`, else the spec's, else a local instance). A done job is skipped, and so is one
   another grid runs now (its lock is taken); an interrupted one resumes. One line per
-  finished job goes to stderr.
+  finished job goes to stderr. `--retries N` (with `--retry-wait`) retries a job that failed
+  on infrastructure, `--job-time-limit` stops a job that runs too long, `--token-budget` and
+  `--time-budget` stop the whole grid (`lcb.grid.limits`; the spec's `limits` by default).
 - `status` shows done / running / failed / pending in total and per axis, and the failed
-  jobs' last log lines (`--lines`); `--json` for scripts.
+  jobs' last log lines (`--lines`); `--json` for scripts. `--html DIR` also writes a static
+  page, `DIR/index.html` (`lcb.grid.status_html`: the same per axis, each cell's calls and
+  tokens so far, the failed jobs' reasons and logs), which `lcb report` of the grid folder
+  links to.
 - `report` aggregates the grid into `--out` (default: the grid folder) and runs `lcb report`
   over the grid folder when this lcb has it.
 Every subcommand takes `--shard i/N` (the plan split deterministically; the shards cover it
 exactly once). The spec is described in docs/grid.md (`lcb.grid.spec`).
 Exit codes: 0 done (for `run`: every job done or skipped); 1 a job failed (`run`); 2 a bad spec,
-shard or executor setting; 130 / 143 the grid was interrupted by Ctrl-C / SIGTERM (rerun the
-same command to resume).
+shard or executor setting; 3 a grid budget (`--token-budget`, `--time-budget`) ran out before
+every job ended; 130 / 143 the grid was interrupted by Ctrl-C / SIGTERM (rerun the same
+command to resume).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ grid_app = LcbTyper(name="grid", cls=LcbGroup, no_args_is_help=True,
 app.add_typer(grid_app, name="grid")
 
 
+EXIT_BUDGET = 3
 Executor = StrEnum("Executor", {name: name for name in GRID_EXECUTORS})
 
 
@@ -99,19 +106,38 @@ def run_cmd(
         "--address", metavar="ADDRESS", help="ray: the cluster (ray://host:10001, auto, "
                                              "host:6379); default the spec's, else local.")
                        ] = None,
+    retries: Annotated[int | None, typer.Option(
+        "--retries", min=0, metavar="N", help="Retry a job that failed on infrastructure up to "
+                                              "N times (default: the spec's limits, else 0).")
+                       ] = None,
+    retry_wait: Annotated[str | None, typer.Option(
+        "--retry-wait", metavar="DURATION", help="Wait before the first retry, doubled for each "
+                                                 "next one (default 30s).")] = None,
+    job_time_limit: Annotated[str | None, typer.Option(
+        "--job-time-limit", metavar="DURATION", help="Stop a job running longer than this "
+                                                     "(e.g. 90m); a rerun resumes it.")] = None,
+    token_budget: Annotated[int | None, typer.Option(
+        "--token-budget", min=1, metavar="TOKENS", help="Stop the grid once its jobs have "
+                                                        "spent this many tokens.")] = None,
+    time_budget: Annotated[str | None, typer.Option(
+        "--time-budget", metavar="DURATION", help="Stop the grid this long after this run "
+                                                  "starts (e.g. 12h).")] = None,
 ) -> None:
     """Run the jobs not done yet; interrupted ones resume where they stopped."""
     from lcb.grid.executors import EXECUTORS, ExecutorUnavailable, GridInterrupted, RunOptions
     from lcb.grid.state import statuses
 
     spec, jobs = _load(spec_path, shard)
+    policy = _policy(spec, retries, retry_wait, job_time_limit, token_budget, time_budget)
+    if policy.token_budget is not None:
+        _count_tokens(jobs)
     seen = statuses(jobs)
     todo = [job for job in jobs if seen[job.key] not in ("done", "running")]
     counts = {s: list(seen.values()).count(s) for s in ("done", "running")}
     _say(f"{len(jobs)} job(s): {counts['done']} done, {counts['running']} running elsewhere, "
          f"{len(todo)} to run ({executor} executor)")
     options = RunOptions(workers=jobs_at_once, wait=wait, address=address,
-                         on_outcome=_report_outcome)
+                         on_outcome=_report_outcome, policy=policy)
     try:
         outcomes = EXECUTORS[str(executor)](todo, spec, options)
     except ExecutorUnavailable as exc:
@@ -124,10 +150,46 @@ def run_cmd(
         return
     failed = [o for o in outcomes if o.status == "failed"]
     stopped = sum(o.status == "interrupted" for o in outcomes)
+    retried = sum(o.retries for o in outcomes)
     _say(f"{len(outcomes) - len(failed) - stopped} finished or skipped, {len(failed)} failed"
-         + (f", {stopped} interrupted (rerun to resume them)" if stopped else ""))
+         + (f", {stopped} interrupted (rerun to resume them)" if stopped else "")
+         + (f"; {retried} retr{'y' if retried == 1 else 'ies'}" if retried else ""))
+    spent = next((o.limit for o in outcomes if o.limit), None)
     if failed:
         raise typer.Exit(1)
+    if spent:
+        _say(f"stopped: {spent}; rerun with a larger budget to go on")
+        raise typer.Exit(EXIT_BUDGET)
+
+
+def _policy(spec: Any, retries: int | None, retry_wait: str | None, job_time_limit: str | None,
+            token_budget: int | None, time_budget: str | None) -> Any:
+    """The jobs' retries and limits: the flags, else the spec's `limits`."""
+    import time
+
+    from lcb.grid.limits import JobPolicy
+    from lcb.grid.spec import parse_duration
+
+    limits = spec.limits
+    try:
+        wait = parse_duration(retry_wait) if retry_wait else limits.retry_wait
+        limit = parse_duration(job_time_limit) if job_time_limit else limits.job_time_limit
+        budget_s = parse_duration(time_budget) if time_budget else limits.time_budget
+    except ValueError as exc:
+        fail(str(exc))
+    return JobPolicy(retries=limits.retries if retries is None else retries,
+                     retry_wait_s=wait, time_limit_s=limit,
+                     token_budget=token_budget or limits.token_budget,
+                     deadline=None if budget_s is None else time.time() + budget_s)
+
+
+def _count_tokens(jobs: list[Any]) -> None:
+    """Each started job's tokens into its state, so the grid's total counts earlier runs."""
+    from lcb.grid.limits import record_tokens
+
+    for job in jobs:
+        if job.out.is_dir():
+            record_tokens(job)
 
 
 def _report_outcome(outcome: Any) -> None:
@@ -139,13 +201,27 @@ def _report_outcome(outcome: Any) -> None:
 def status_cmd(spec_path: SpecArg, shard: ShardOpt = None, as_json: JsonOpt = False,
                lines: Annotated[int, typer.Option(
                    "--lines", min=0, metavar="N", help="Log lines shown per failed job.")
-               ] = 5) -> None:
+               ] = 5,
+               html: Annotated[Path | None, typer.Option(
+                   "--html", file_okay=False, metavar="DIR",
+                   help="Also write a static status page, DIR/index.html (per axis, per cell "
+                        "with its cost so far, failed jobs' reasons and last max(N, 40) log "
+                        "lines); lcb report of the grid folder links to it.")
+               ] = None) -> None:
     """Done / running / failed / pending, in total and per axis; failed jobs' last log lines."""
     from lcb.grid.status import grid_status, render
 
     spec, jobs = _load(spec_path, shard)
     report = grid_status(spec, jobs, lines=lines)
     print(json.dumps(report) if as_json else render(report))
+    if html is not None:
+        from lcb.grid.status_html import write_status_page
+
+        try:
+            page = write_status_page(spec, jobs, html, lines=max(lines, 40))
+        except OSError as exc:
+            fail(f"--html {html}: cannot write the status page ({exc})")
+        _say(f"status page: {page}")
 
 
 @grid_app.command("report")

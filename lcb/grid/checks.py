@@ -1,6 +1,6 @@
 """The endpoint check before a job starts, shared by the jobs that start together.
 
-Contract of `usable_endpoints(job, key) -> (live, dropped)`:
+Contract of `usable_endpoints(job, key, recheck_failed_since=None) -> (live, dropped)`:
 - Every endpoint of the job (its `VLLM_BASE_URL` list, else this process's, else lcb's
   default) gets lcb's own check (`lcb.agents.check.check_endpoint`: list the models, then a
   1-token completion), all at once; `live` keeps the ones that pass in list order, `dropped`
@@ -12,7 +12,8 @@ Contract of `usable_endpoints(job, key) -> (live, dropped)`:
 - A verdict is kept for `CHECK_TTL_S` seconds in `<grid>/.grid/checks/`, one file per
   (endpoint, model, key), written under a lock: the jobs of one array or pool that start together
   on one machine wait for one check instead of each making it (and each importing the model
-  client). A verdict older than that is checked again.
+  client). A verdict older than that is checked again, and so is a failed one older than
+  `recheck_failed_since` (a retry's start: the endpoint may be back).
 """
 
 from __future__ import annotations
@@ -65,25 +66,27 @@ def check_now(urls: list[str], model_id: str, key: str,
     return {url: getattr(err, "problem", "") or str(err) for url, err in failed.items()}
 
 
-def _fresh(path: Path) -> dict | None:
+def _fresh(path: Path, failed_since: float | None) -> dict | None:
     try:
         verdict = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(verdict, dict) or time.time() - verdict.get("at", 0) > CHECK_TTL_S:
         return None
+    if failed_since is not None and verdict.get("problem") and verdict["at"] < failed_since:
+        return None
     return verdict
 
 
-def _verdict(folder: Path, url: str, model_id: str, key: str,
-             limits: dict[str, float]) -> str | None:
+def _verdict(folder: Path, url: str, model_id: str, key: str, limits: dict[str, float],
+             failed_since: float | None) -> str | None:
     """None when `url` passes (from a fresh verdict or a new check), else the reason."""
     name = hashlib.sha256(f"{url}\n{model_id}\n{key}".encode()).hexdigest()[:16]
     path = folder / f"{name}.json"
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        verdict = _fresh(path)
+        verdict = _fresh(path, failed_since)
         if verdict is None:
             problem = check_now([url], model_id, key, limits).get(url)
             verdict = {"at": time.time(), "problem": problem}
@@ -91,7 +94,8 @@ def _verdict(folder: Path, url: str, model_id: str, key: str,
     return verdict.get("problem")
 
 
-def usable_endpoints(job: GridJob, key: str) -> tuple[list[str], dict[str, str]]:
+def usable_endpoints(job: GridJob, key: str, *, recheck_failed_since: float | None = None
+                     ) -> tuple[list[str], dict[str, str]]:
     """(endpoints that pass, the others with their reason): module docstring."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -99,7 +103,7 @@ def usable_endpoints(job: GridJob, key: str) -> tuple[list[str], dict[str, str]]
     folder = job.root / ".grid" / "checks"
     model_id, limits = job.env["MODEL_ID"], job_limits(job)
     with ThreadPoolExecutor(max_workers=len(urls)) as pool:
-        problems = list(pool.map(lambda url: _verdict(folder, url, model_id, key, limits),
-                                 urls))
+        problems = list(pool.map(lambda url: _verdict(folder, url, model_id, key, limits,
+                                                      recheck_failed_since), urls))
     dropped = {url: why for url, why in zip(urls, problems, strict=True) if why is not None}
     return [url for url in urls if url not in dropped], dropped

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcb.grid.jobrun import Outcome, run_job, stop_running
+from lcb.grid.limits import NO_LIMITS, JobPolicy
 from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 
@@ -43,12 +44,14 @@ class ExecutorUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run: local pool size, whether to wait for a cluster's jobs, Ray's address."""
+    """How to run: local pool size, whether to wait for a cluster's jobs, Ray's address, the
+    jobs' retries and limits (`lcb.grid.limits.JobPolicy`)."""
 
     workers: int = 2
     wait: bool = True
     address: str | None = None
     on_outcome: Callable[[Outcome], Any] = lambda outcome: None
+    policy: JobPolicy = NO_LIMITS
 
 
 def run_local(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
@@ -61,7 +64,8 @@ def run_local(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> l
     pool = ThreadPoolExecutor(max_workers=max(1, options.workers),
                               thread_name_prefix="lcb-grid")
     try:
-        pending: set[Future[Outcome]] = {pool.submit(_unless, stop, job) for job in jobs}
+        pending: set[Future[Outcome]] = {pool.submit(_unless, stop, job, options.policy)
+                                         for job in jobs}
         while pending and not stop.is_set():
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:
@@ -84,10 +88,10 @@ def run_local(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> l
     return outcomes
 
 
-def _unless(stop: threading.Event, job: GridJob) -> Outcome:
+def _unless(stop: threading.Event, job: GridJob, policy: JobPolicy) -> Outcome:
     if stop.is_set():
         return Outcome(job.key, "skipped", reason="the grid was stopped")
-    return run_job(job, stop)
+    return run_job(job, stop, policy)
 
 
 def _on_signals(handler: Callable[[int], Any]) -> dict[int, Any]:

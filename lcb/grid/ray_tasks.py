@@ -6,12 +6,14 @@ Contract of `run_tasks(jobs, spec, options)`:
   local instance starts with `ray.num_cpus` CPUs (default: this machine's). A cluster that
   cannot be reached or an instance that cannot start is `ExecutorUnavailable` naming Ray's
   error (`lcb grid run` exits 2).
-- Each job is one task of `lcb.grid.jobrun.run_job` asking for `ray.cpus_per_job` CPUs, so
-  the cluster's CPUs bound how many run at once; Ray never retries a task (rerunning the grid
-  resumes what was cut short). Workers need lcb installed (the same version) and the grid
-  folder on a shared filesystem.
-- Outcomes come back as tasks end (`options.on_outcome` on each); a task that died (a lost
-  node) is a `failed` outcome naming Ray's error. Ctrl-C cancels the tasks (their jobs get
+- Each job is one task of `lcb.grid.jobrun.run_job` (`ray_job`: the job's state and log
+  name the Ray node of each attempt) asking for `ray.cpus_per_job` CPUs, so the cluster's
+  CPUs bound how many run at once. A task whose worker or node died (the job's own failures
+  are outcomes, never errors) is run again by Ray on a live node, up to `ray.max_retries`
+  times: its job waits for the dead runner's process to stop, then resumes from its journal.
+  Workers need lcb installed (the same version) and the grid folder on a shared filesystem.
+- Outcomes come back as tasks end (`options.on_outcome` on each); a task that died more often
+  than that is a `failed` outcome naming Ray's error. Ctrl-C cancels the tasks (their jobs get
   SIGTERM through their worker), then `GridInterrupted`. The connection is closed at the end.
 """
 
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lcb.grid.jobrun import Outcome, run_job
+from lcb.grid.limits import JobPolicy
 from lcb.grid.plan import GridJob
 from lcb.grid.spec import GridSpec
 
@@ -52,6 +55,14 @@ def connect(ray: Any, spec: GridSpec, address: str | None) -> None:
     ray.init(**kwargs)
 
 
+def ray_job(job: GridJob, policy: JobPolicy) -> Outcome:
+    """`run_job` in a Ray worker, naming the node it runs on."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    return run_job(job, policy=policy, where=f"ray node {node[:12]}")
+
+
 def run_tasks(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> list[Outcome]:
     """Run `jobs` as Ray tasks (module docstring)."""
     from lcb.grid.executors import GridInterrupted
@@ -67,8 +78,9 @@ def run_tasks(jobs: Sequence[GridJob], spec: GridSpec, options: RunOptions) -> l
         lines = str(exc).strip().splitlines()
         raise ExecutorUnavailable(f"cannot start or reach Ray: "
                                   f"{lines[-1] if lines else type(exc).__name__}") from None
-    remote = ray.remote(num_cpus=spec.ray.cpus_per_job, max_retries=0)(run_job)
-    refs = {remote.remote(job): job for job in jobs}
+    remote = ray.remote(num_cpus=spec.ray.cpus_per_job,
+                        max_retries=spec.ray.max_retries)(ray_job)
+    refs = {remote.remote(job, options.policy): job for job in jobs}
     outcomes: list[Outcome] = []
     try:
         pending = list(refs)

@@ -33,6 +33,7 @@ Contract:
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -40,6 +41,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -188,12 +190,41 @@ class SlurmSpec(_Strict):
     cluster: Literal["slurm", "local"] = "slurm"
 
 
+def parse_duration(value: float | str) -> float:
+    """Seconds in `90s`, `45m`, `12h`, `2d` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration (e.g. 90s, 45m, 12h, 2d)")
+    text = str(value).strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:])
+    try:
+        seconds = float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a duration (e.g. 90s, 45m, 12h, 2d)") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{value!r} is not a positive duration")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class LimitsSpec(_Strict):
+    """What the grid may spend (`lcb grid run`'s flags of the same names win over these)."""
+
+    retries: int = Field(default=0, ge=0)
+    retry_wait: Duration = 30.0
+    job_time_limit: Duration | None = None
+    token_budget: Int | None = Field(default=None, ge=1)
+    time_budget: Duration | None = None
+
+
 class RaySpec(_Strict):
     """The Ray settings (`--executor ray`): an existing cluster, or a local instance."""
 
     address: PlainText | None = None
     num_cpus: int | None = Field(default=None, ge=1)
     cpus_per_job: float = Field(default=1, gt=0)
+    max_retries: int = Field(default=3, ge=0)
 
 
 class GridSpec(_Strict):
@@ -212,6 +243,7 @@ class GridSpec(_Strict):
     exclude: tuple[dict[str, Match], ...] = ()
     slurm: SlurmSpec = SlurmSpec()
     ray: RaySpec = RaySpec()
+    limits: LimitsSpec = LimitsSpec()
     base: Path = Field(default=Path("."), exclude=True)
 
     @field_validator("methods")

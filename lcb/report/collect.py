@@ -15,6 +15,10 @@ Contract of `collect(paths)`:
   twice (two paths naming it) is loaded once.
 - Optimizer jobs are read by `lcb.optimize.aggregate.find_jobs` (complete jobs, and the
   incomplete ones with their reason), deduplicated by folder.
+- `Sources.status_pages`: for each folder given that is a grid folder with a status page
+  (`<folder>/.grid/status_page.json`, written by `lcb grid status --html`, naming a page that
+  exists), (that folder, the page). A pointer that is missing, unreadable or names no file is
+  no page: it never stops a report.
 - `Sources.root` is the folder holding every input (the common parent of the paths given);
   `Sources.shown(path)` is a path as a report may show it: relative to that root, else its
   name, never absolute, so a mailed report does not carry the machine's folders.
@@ -40,6 +44,9 @@ from lcb.runs.rundir import PREDICTIONS, RunPaths, read_transcript
 from lcb.runs.scoring import summary_path
 
 SUMMARY_SUFFIX = ".summary.json"
+# Where a grid folder names its status page (lcb.grid.status_html writes it; not imported:
+# the report sits beside the grid layer, not above it).
+STATUS_POINTER = Path(".grid") / "status_page.json"
 
 
 class ReportError(ValueError):
@@ -89,6 +96,7 @@ class Sources:
     jobs: list[FinishedJob]
     incomplete: list[dict[str, str]]
     root: Path | None = None
+    status_pages: list[tuple[Path, Path]] = field(default_factory=list)
 
     def shown(self, path: str | Path | None) -> str | None:
         """`path` relative to `root` when under it, else its name (see the module contract).
@@ -129,7 +137,24 @@ def collect(paths: list[Path]) -> Sources:
     parents = [str(Path(p).resolve().parent) for p in paths]
     return Sources(conditions, sorted(jobs.values(), key=lambda job: str(job.path)),
                    list(incomplete.values()),
-                   Path(os.path.commonpath(parents)) if parents else None)
+                   Path(os.path.commonpath(parents)) if parents else None,
+                   status_pages(paths))
+
+
+def status_pages(paths: list[Path]) -> list[tuple[Path, Path]]:
+    """(grid folder, its status page) for each folder in `paths` that points to one (module
+    contract); each page once."""
+    found: dict[Path, Path] = {}
+    for path in paths:
+        folder = Path(path).resolve()
+        try:
+            pointer = json.loads((folder / STATUS_POINTER).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        page = pointer.get("page") if isinstance(pointer, dict) else None
+        if isinstance(page, str) and Path(page).is_absolute() and Path(page).is_file():
+            found.setdefault(Path(page), folder)
+    return [(folder, page) for page, folder in found.items()]
 
 
 def _team_order(cond: Condition) -> tuple[int, str]:

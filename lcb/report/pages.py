@@ -7,6 +7,9 @@ Contract of `write_report(sources, out, title=..., baseline=...)`:
 - `OUT/index.html` links to `cells/<slug>.html` (one per optimizer group) and
   `problems/<name>.html` (one per problem any condition holds; `lcb.report.problems.page_name`).
   A problem page holds that problem's transcripts and no other's, so the index stays small.
+- When a folder reported on is a grid folder with a status page (`Sources.status_pages`),
+  the index's header links to it: relative to `OUT` (the report stays linked when both
+  folders move together), a `file://` address only where no relative path exists.
 - Pages are rendered by jinja2 with autoescaping on: every text that came from a model
   (programs, transcripts, feedback) or from a file is escaped; only our own SVG is inserted as
   is. Each page opens from `file://` with no server and no network (see `lcb.report.assets`).
@@ -104,7 +107,7 @@ def write_report(sources: Sources, out: Path, *, title: str = "lcb report",
     tmp = out.parent / f".{out.name}.new-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
     try:
-        _write(sources, report, tmp, title=title)
+        _write(sources, report, tmp, title=title, status=status_links(sources, out))
         _swap(tmp, out)
     finally:
         if tmp.exists():
@@ -112,7 +115,21 @@ def write_report(sources: Sources, out: Path, *, title: str = "lcb report",
     return report
 
 
-def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str) -> None:
+def status_links(sources: Sources, out: Path) -> list[dict[str, str]]:
+    """A link per grid status page of `sources`, from the report folder `out` (module
+    contract): `href`, and `grid`, the grid folder as `Sources.shown` gives it."""
+    links = []
+    for folder, page in sources.status_pages:
+        try:
+            href = Path(os.path.relpath(page, out)).as_posix()
+        except ValueError:  # another drive: no relative path
+            href = page.as_uri()
+        links.append({"href": href, "grid": sources.shown(folder) or folder.name})
+    return links
+
+
+def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str,
+           status: list[dict[str, str]]) -> None:
     # One line, not indented: a 108-job grid's report.json is then ~40 % smaller.
     write_text(out / "report.json", json_text(report) + "\n")
     paper = tables(report)
@@ -126,7 +143,7 @@ def _write(sources: Sources, report: dict[str, Any], out: Path, *, title: str) -
     _render(env, "index.html.j2", out / "index.html", title=title, page_title=title, up=None,
             report=report, svg=_svgs(report), tables=sorted(paper), groups=groups,
             labels=[c.label for c in sources.conditions], changes=_changes(report),
-            problem_pages=names)
+            problem_pages=names, status_pages=status)
     for group in report["grid"]["groups"]:
         _render(env, "cell.html.j2", out / "cells" / f"{group['slug']}.html", title=title,
                 page_title=f"{group['method']} on {group['column']}", up="../index.html",

@@ -101,7 +101,7 @@ def test_a_job_whose_lock_is_taken_is_skipped_without_a_launch(tmp_path):
 
 
 def passing_check(monkeypatch):
-    monkeypatch.setattr(jobrun, "usable_endpoints", lambda job, key: ([URL], {}))
+    monkeypatch.setattr(jobrun, "usable_endpoints", lambda job, key, **_: ([URL], {}))
 
 
 def test_a_stopped_grid_starts_no_job_past_its_check(tmp_path, monkeypatch):

@@ -1,0 +1,116 @@
+"""`lcb grid run -e ray --address` on a Ray cluster of two nodes started on this machine (a head
+and a second raylet, each its own processes: `ray.cluster_utils.Cluster`), with real
+`lcb optimize` jobs against the scripted server.
+
+- The grid spreads over both nodes (one CPU each, one CPU a job) and every job ends with its
+  reference result.
+- A node killed mid-grid (its raylet and workers SIGKILLed while its job has a journal) has its
+  job run again on a live node: the new attempt waits for the dead runner's job to stop,
+  resumes its journal (what it had written is kept, nothing is charged twice), and every job
+  ends exactly once with its reference result.
+"""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lcb.grid.plan import plan
+from lcb.grid.spec import load_spec
+from lcb.grid.state import read_state
+from tests.helpers_grid import charged_keys, grid_env, journal, result_view, small_grid, write_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
+LCB = str(Path(sys.executable).parent / "lcb")
+FAST_FAILURE = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3,
+                "health_check_initial_delay_ms": 1000}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
+    from ray.cluster_utils import Cluster
+
+    running = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE})
+    try:
+        running.add_node(num_cpus=1)
+        running.wait_for_nodes()
+        yield running
+    finally:
+        running.shutdown()
+
+
+def _spec(folder: Path, base_url: str, **fields) -> Path:
+    data = small_grid(base_url, topologies=["sequential"], ray={"cpus_per_job": 1}, **fields)
+    return write_spec(folder, data)
+
+
+def _grid(path: Path, cluster) -> subprocess.Popen:
+    return subprocess.Popen([LCB, "grid", "run", str(path), "-e", "ray", "--address",
+                             cluster.address], env=grid_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _node_of(job) -> str:
+    return read_state(job).get("node", "").removeprefix("ray node ")
+
+
+def _same_as_reference(path: Path, reference: Path) -> None:
+    ran, whole = result_view(load_spec(path)), result_view(load_spec(reference))
+    assert ran and ran == {key: whole[key] for key in ran}
+    for job in plan(load_spec(path)):
+        keys = charged_keys(job)
+        assert len(keys) == len(set(keys)), job.key  # nothing charged twice
+
+
+def test_the_grid_spreads_over_both_nodes(cluster, server, reference, tmp_path):
+    path = _spec(tmp_path, server.base_url)
+    grid = _grid(path, cluster)
+    _, err = grid.communicate(timeout=300)
+    assert grid.returncode == 0, err[-3000:]
+    assert "4 finished or skipped, 0 failed" in err
+    nodes = {_node_of(job) for job in plan(load_spec(path))}
+    alive = {node.node_id[:12] for node in cluster.list_all_nodes()}
+    assert nodes == alive and len(nodes) == 2
+    _same_as_reference(path, reference)
+
+
+def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server, reference,
+                                                                 tmp_path):
+    path = _spec(tmp_path, server.base_url, methods=["gepa"])
+    jobs = plan(load_spec(path))
+    head = cluster.head_node.node_id[:12]
+    server.latency_s = 0.5  # the jobs run long enough to be caught mid-way
+    grid = _grid(path, cluster)
+    try:
+        deadline = time.monotonic() + 120
+        while not (victims := [job for job in jobs if _node_of(job) not in ("", head)
+                                and read_state(job).get("state") == "running"
+                                and journal(job)]):
+            assert grid.poll() is None, grid.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no job with a journal on the second node"
+            time.sleep(0.1)
+        (victim,) = victims
+        cut, node = journal(victim), _node_of(victim)
+        (doomed,) = [n for n in cluster.list_all_nodes() if n.node_id.startswith(node)]
+        cluster.remove_node(doomed, allow_graceful=False)
+        server.latency_s = 0.0
+        _, err = grid.communicate(timeout=300)
+    finally:
+        server.latency_s = 0.0
+        if grid.poll() is None:
+            grid.kill()
+    assert grid.returncode == 0, err[-3000:]
+    assert "2 finished or skipped, 0 failed" in err
+    for job in jobs:  # each job ends exactly once
+        assert err.count(f"done    {job.key} ") == 1, err
+    assert read_state(victim)["attempts"] == 2 and _node_of(victim) == head
+    log = (victim.root / ".grid/logs" / f"{victim.slug}.log").read_text()
+    assert f"attempt 1 on ray node {node}" in log and f"attempt 2 on ray node {head}" in log
+    for name, lines in cut.items():  # resumed, not started over
+        assert Path(name).read_text(errors="replace").startswith(lines), name
+    _same_as_reference(path, reference)
+    assert not server.script_errors
