@@ -9,6 +9,9 @@ Debian's `munge` and `slurm-wlm`, each started in the foreground under a test fo
   tasks at once. Accounting is off (`accounting_storage/none`, no slurmdbd): `sacct` answers
   "accounting storage is disabled", as on many small clusters, which `lcb grid` must cope with.
 - `KillWait=5`: a cancelled or requeued task gets SIGTERM, then SIGKILL 5 s later.
+  `cred_expire=5`: a requeued task may start again 5 s after it ended (Slurm's default holds
+  it for 120 s: its job credential stays revoked that long, and a launch before fails).
+  `sched_interval=1`, `bf_interval=1`: the scheduler looks at pending tasks every second.
 - Clients find the cluster through `SLURM_CONF` (`cluster.env`).
 - `unavailable()` says why no cluster can start here (not root, a daemon missing): the tests
   skip with that reason.
@@ -60,7 +63,7 @@ SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={folder}/munge/socket
+AuthInfo=socket={folder}/munge/socket,cred_expire=5
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -80,6 +83,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait=5
+SchedulerParameters=sched_interval=1,bf_interval=1
 JobRequeue=1
 NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} RealMemory=4000 State=UNKNOWN
 PartitionName=lcb Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -110,20 +114,6 @@ class SlurmCluster:
         out = self.run("squeue", "-h", "-r", "-t", "all", "-j", array, "-o", "%i %T",
                        check=False)
         return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
-
-    def release(self, task: str, *fields: str, limit_s: float = 60.0) -> None:
-        """Start a requeued task now (`StartTime=now`, plus `fields`), once the processes of
-        its previous run are gone: Slurm holds a requeued job for two minutes because a job
-        started while its last run is still being torn down fails at once."""
-        raw = self.run("squeue", "-h", "-j", task, "-o", "%A").strip()
-        pattern = rf"slurmstepd: \[{raw}\."
-        deadline = time.monotonic() + limit_s
-        while subprocess.run(["pgrep", "-f", pattern], capture_output=True,
-                             check=False).returncode == 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the last run of {task} did not end in {limit_s:.0f} s")
-            time.sleep(0.1)
-        self.run("scontrol", "update", f"JobId={task}", "StartTime=now", *fields)
 
     def log(self, name: str) -> str:
         path = self.folder / "log" / f"{name}.log"

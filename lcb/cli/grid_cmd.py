@@ -130,7 +130,9 @@ def run_cmd(
     spec, jobs = _load(spec_path, shard)
     policy = _policy(spec, retries, retry_wait, job_time_limit, token_budget, time_budget)
     if policy.token_budget is not None:
-        _count_tokens(jobs)
+        from lcb.grid.limits import count_earlier_tokens
+
+        count_earlier_tokens(jobs)
     seen = statuses(jobs)
     todo = [job for job in jobs if seen[job.key] not in ("done", "running")]
     counts = {s: list(seen.values()).count(s) for s in ("done", "running")}
@@ -172,9 +174,10 @@ def _policy(spec: Any, retries: int | None, retry_wait: str | None, job_time_lim
 
     limits = spec.limits
     try:
-        wait = parse_duration(retry_wait) if retry_wait else limits.retry_wait
-        limit = parse_duration(job_time_limit) if job_time_limit else limits.job_time_limit
-        budget_s = parse_duration(time_budget) if time_budget else limits.time_budget
+        wait = limits.retry_wait if retry_wait is None else parse_duration(retry_wait)
+        limit = limits.job_time_limit if job_time_limit is None else \
+            parse_duration(job_time_limit)
+        budget_s = limits.time_budget if time_budget is None else parse_duration(time_budget)
     except ValueError as exc:
         fail(str(exc))
     return JobPolicy(retries=limits.retries if retries is None else retries,
@@ -183,13 +186,6 @@ def _policy(spec: Any, retries: int | None, retry_wait: str | None, job_time_lim
                      deadline=None if budget_s is None else time.time() + budget_s)
 
 
-def _count_tokens(jobs: list[Any]) -> None:
-    """Each started job's tokens into its state, so the grid's total counts earlier runs."""
-    from lcb.grid.limits import record_tokens
-
-    for job in jobs:
-        if job.out.is_dir():
-            record_tokens(job)
 
 
 def _report_outcome(outcome: Any) -> None:

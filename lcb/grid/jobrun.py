@@ -118,9 +118,10 @@ def _end(job: GridJob, status: Literal["failed", "interrupted"], reason: str, st
 
 
 def _kept_fields(job: GridJob) -> dict[str, Any]:
-    """What an ended attempt's state keeps of the running one: its spend and where it ran."""
+    """What an ended attempt's state keeps of the running one beyond what `write_state`
+    carries: where it ran."""
     state = read_state(job)
-    return {name: state[name] for name in ("tokens", "calls", "host", "node") if name in state}
+    return {name: state[name] for name in ("host", "node") if name in state}
 
 
 def run_job(job: GridJob, stop: threading.Event | None = None,
@@ -143,7 +144,13 @@ def _with_retries(job: GridJob, stop: threading.Event | None, policy: JobPolicy,
     while True:
         outcome = _attempt(job, stop, policy, where, started,
                            recheck_since=time.time() if retry else None)
-        if outcome.status != "failed" or not outcome.infra or retry >= policy.retries:
+        if stop is not None and stop.is_set() and outcome.status == "failed" and outcome.infra:
+            # the stop reached the job before the grid marked it (Ctrl-C, Slurm's SIGTERM)
+            return replace(_end(job, "interrupted", f"stopped with the grid ({outcome.reason})"
+                                ": the next run resumes it", started, rc=outcome.rc),
+                           retries=retry)
+        if outcome.status != "failed" or not outcome.infra or retry >= policy.retries \
+                or (stop is not None and stop.is_set()):
             return replace(outcome, retries=retry)
         retry += 1
         wait = retry_wait(policy, retry)
@@ -154,14 +161,16 @@ def _with_retries(job: GridJob, stop: threading.Event | None, policy: JobPolicy,
                            retries=retry - 1, seconds=time.monotonic() - started)
 
 
-def _orphan_gone(job: GridJob) -> bool:
-    """Wait for the process of a runner that died to stop (module docstring)."""
+def _orphan_gone(job: GridJob, stop: threading.Event | None) -> bool:
+    """Wait for the process of a runner that died to stop (module docstring); False when it
+    does not, or when the grid stops meanwhile."""
     deadline = time.monotonic() + (ORPHAN_WAIT_S if read_state(job).get("host") ==
                                    socket.gethostname() else STALE_S + 5)
     while job_status(job) == "running":
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (stop is not None and stop.wait(0.2)):
             return False
-        time.sleep(0.2)
+        if stop is None:
+            time.sleep(0.2)
     return True
 
 
@@ -169,8 +178,11 @@ def _attempt(job: GridJob, stop: threading.Event | None, policy: JobPolicy,
              where: str | None, started: float, *, recheck_since: float | None) -> Outcome:
     if is_done(job):
         return Outcome(job.key, "skipped", reason="done")
-    if read_state(job).get("state") == "running" and not _orphan_gone(job):
-        return Outcome(job.key, "skipped", reason="running in another process")
+    if read_state(job).get("state") == "running":
+        if not _orphan_gone(job, stop):
+            return Outcome(job.key, "skipped", reason="running in another process")
+        if is_done(job):  # it finished while it stopped
+            return Outcome(job.key, "skipped", reason="done")
     spent = spent_reason(policy, job.root)
     if spent is not None:
         return Outcome(job.key, "skipped", reason=spent, limit=spent)

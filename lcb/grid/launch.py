@@ -36,14 +36,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lcb.grid.plan import GridJob
-from lcb.grid.state import log_path, read_state, touch_state, write_state
+from lcb.grid.state import log_path, process_start, read_state, touch_state, write_state
 
 TICK_S = 5.0  # how often a running job's state is touched and its limits checked
 STOP_GRACE_S = 30.0  # a stopped job's time to close its journal before SIGKILL
 
 _RUNNING: set[subprocess.Popen] = set()
 _STOPPED: set[subprocess.Popen] = set()  # the jobs terminate_running stopped
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # reentrant: a checkpoint in a signal handler may take it again
 
 
 class Stopped(Exception):
@@ -100,7 +100,8 @@ def launch(job: GridJob, env: dict[str, str], stop: threading.Event | None,
         try:
             extra = {"node": where} if where else {}
             write_state(job, state="running", pid=process.pid, host=socket.gethostname(),
-                        started=now(), attempts=attempts, **extra)
+                        pid_start=process_start(process.pid), started=now(),
+                        attempts=attempts, **extra)
             rc, limit = _wait(job, process, watch)
         except BaseException:  # a cancelled task or worker: the job stops with it
             _stop(process)

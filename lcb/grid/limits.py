@@ -25,13 +25,15 @@ Contract:
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from lcb.grid.plan import GridJob
-from lcb.grid.state import GRID_DIR, read_state, write_state
+from lcb.grid.state import GRID_DIR, job_lock, read_state, write_state
 
 MAX_RETRY_WAIT_S = 1800.0
 BUDGET_CHECK_S = 30.0  # how often a running job adds up the grid's tokens
@@ -49,12 +51,12 @@ class JobPolicy:
     deadline: float | None = None
 
     def __post_init__(self) -> None:
-        if self.retries < 0 or self.retry_wait_s < 0:
-            raise ValueError("retries and their wait cannot be negative")
-        for name in ("time_limit_s", "token_budget"):
+        if self.retries < 0 or not 0 <= self.retry_wait_s < math.inf:
+            raise ValueError("retries and their wait must be finite and not negative")
+        for name in ("time_limit_s", "token_budget", "deadline"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+            if value is not None and not 0 < value < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got {value}")
 
 
 NO_LIMITS = JobPolicy()
@@ -67,11 +69,12 @@ def infrastructure(rc: int | None) -> bool:
 
 def retry_wait(policy: JobPolicy, retry: int) -> float:
     """Seconds to wait before retry number `retry` (1-based)."""
-    return min(MAX_RETRY_WAIT_S, policy.retry_wait_s * 2 ** (retry - 1))
+    return min(MAX_RETRY_WAIT_S, policy.retry_wait_s * 2 ** min(retry - 1, 30))
 
 
 def record_tokens(job: GridJob) -> int:
-    """Write the job's spend so far into its state (`tokens`, `calls`); its tokens."""
+    """Write the job's spend so far into its state (`tokens`, `calls`); its tokens. Only the
+    job's runner (it holds the job's lock) writes its state."""
     from lcb.grid.spend import job_spend
 
     spend = job_spend(job)
@@ -80,6 +83,17 @@ def record_tokens(job: GridJob) -> int:
     if state.get("tokens") != tokens or state.get("calls") != spend.calls:
         write_state(job, **{**state, "tokens": tokens, "calls": spend.calls})
     return tokens
+
+
+def count_earlier_tokens(jobs: Iterable[GridJob]) -> None:
+    """Record the spend of every started job that no runner holds now (a grid run before this
+    one, a job run without a token budget), so that the grid's sum counts them."""
+    for job in jobs:
+        if not job.out.is_dir():
+            continue
+        with job_lock(job) as mine:
+            if mine:
+                record_tokens(job)
 
 
 def grid_tokens(root: Path) -> int:

@@ -52,6 +52,7 @@ except ImportError:  # the `grid` extra is not installed: `run_array` says so
 
 STOP_GRACE_S = 20.0  # a stopped job's time to close its journal (Slurm's KillWait is 30 s)
 POLL_S = 2.0  # how often the waiting driver looks at result files and squeue
+RESULT_GRACE_S = 90.0  # a COMPLETED task's result file may take this long to show (NFS)
 ENDED_WAIT_S = 600.0  # a task stopped by Slurm waits this long to be killed or requeued
 
 
@@ -65,10 +66,10 @@ class GridTask(Checkpointable):  # type: ignore[misc,valid-type]
         stopped = threading.Event()
         previous = _on_sigterm(stopped)
         try:
-            outcome = run_job(job, policy=self.policy)
+            outcome = run_job(job, stopped, self.policy)
         finally:
             _restore_sigterm(previous)
-        if stopped.is_set() and outcome.status != "done":
+        if stopped.is_set() and outcome.status in ("failed", "interrupted"):  # it launched
             if read_state(job).get("state") != "requeued":  # else a checkpoint said more
                 write_state(job, state="interrupted", rc=outcome.rc,
                             reason="stopped by Slurm (requeue, preemption, cancel or time "
@@ -166,7 +167,7 @@ def _wait_all(pairs: list[tuple[GridJob, Any]], spec: GridSpec,
     """Each task's outcome as it ends (module docstring)."""
     on_slurm = spec.slurm.cluster == "slurm"
     outcomes: list[Outcome] = []
-    ended_once: set[str] = set()  # seen ended without a result once: a second look decides
+    ended_at: dict[str, float] = {}  # when a task was first seen ended without a result
     warned = False
     while pairs:
         left = []
@@ -180,7 +181,7 @@ def _wait_all(pairs: list[tuple[GridJob, Any]], spec: GridSpec,
         pairs = left
         if pairs and on_slurm:
             try:
-                pairs = _drop_dead(pairs, ended_once, outcomes, options)
+                pairs = _drop_dead(pairs, ended_at, outcomes, options)
             except SchedulerUnavailable as exc:
                 if not warned:
                     print(f"{exc}: waiting on the tasks' result files only", file=sys.stderr)
@@ -190,9 +191,11 @@ def _wait_all(pairs: list[tuple[GridJob, Any]], spec: GridSpec,
     return outcomes
 
 
-def _drop_dead(pairs: list[tuple[GridJob, Any]], ended_once: set[str],
+def _drop_dead(pairs: list[tuple[GridJob, Any]], ended_at: dict[str, float],
                outcomes: list[Outcome], options: RunOptions) -> list[tuple[GridJob, Any]]:
-    """The tasks still to wait for; the ones Slurm ended without a result become `failed`."""
+    """The tasks still to wait for; the ones Slurm ended without a result become `failed`:
+    at the second look, or `RESULT_GRACE_S` after a `COMPLETED` one was first seen (its
+    result file may not be visible yet on a network filesystem)."""
     states = task_states(str(task.job_id) for _, task in pairs)
     left = []
     for job, task in pairs:
@@ -200,15 +203,17 @@ def _drop_dead(pairs: list[tuple[GridJob, Any]], ended_once: set[str],
         state = states.get(task_id)
         ended = state is None or state.state in FINAL
         if not ended or task.paths.result_pickle.exists():
-            ended_once.discard(task_id)
+            ended_at.pop(task_id, None)
             left.append((job, task))
-        elif task_id not in ended_once:
-            ended_once.add(task_id)  # its result file may not be visible yet (NFS)
+            continue
+        first = ended_at.setdefault(task_id, time.monotonic())
+        grace = RESULT_GRACE_S if state is not None and state.state == "COMPLETED" else POLL_S
+        if time.monotonic() - first < grace:
             left.append((job, task))
-        else:
-            what = f"ended {state.state}" if state else "is no longer listed by Slurm"
-            outcomes.append(Outcome(job.key, "failed",
-                                    reason=f"Slurm task {task_id} {what} without a result "
-                                           f"(its log: {task.paths.stderr})"))
-            options.on_outcome(outcomes[-1])
+            continue
+        what = f"ended {state.state}" if state else "is no longer listed by Slurm"
+        outcomes.append(Outcome(job.key, "failed",
+                                reason=f"Slurm task {task_id} {what} without a result "
+                                       f"(its log: {task.paths.stderr})"))
+        options.on_outcome(outcomes[-1])
     return left

@@ -17,6 +17,7 @@ Contract:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -55,12 +56,16 @@ def recorded_tasks(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def record_tasks(root: Path, array: str, tasks: Mapping[str, str]) -> None:
-    """Add one submitted array's tasks (job key -> task id) to the grid's record."""
+    """Add one submitted array's tasks (job key -> task id) to the grid's record (under a
+    lock: two shards submitting at once both keep theirs)."""
     when = datetime.now(UTC).isoformat(timespec="seconds")
-    known = recorded_tasks(root)
-    known.update({key: {"task": task, "array": array, "submitted": when}
-                  for key, task in tasks.items()})
-    write_text(_path(root), json.dumps(known, indent=1, sort_keys=True) + "\n")
+    _path(root).parent.mkdir(parents=True, exist_ok=True)
+    with (_path(root).parent / f"{TASKS_FILE}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        known = recorded_tasks(root)
+        known.update({key: {"task": task, "array": array, "submitted": when}
+                      for key, task in tasks.items()})
+        write_text(_path(root), json.dumps(known, indent=1, sort_keys=True) + "\n")
 
 
 def _arrays(task_ids: Iterable[str]) -> list[str]:

@@ -211,7 +211,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 class LimitsSpec(_Strict):
     """What the grid may spend (`lcb grid run`'s flags of the same names win over these)."""
 
-    retries: int = Field(default=0, ge=0)
+    retries: Int = Field(default=0, ge=0)
     retry_wait: Duration = 30.0
     job_time_limit: Duration | None = None
     token_budget: Int | None = Field(default=None, ge=1)

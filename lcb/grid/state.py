@@ -83,9 +83,15 @@ def read_state(job: GridJob) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+CARRIED = ("tokens", "calls")  # a job's spend so far outlives each attempt's state
+
+
 def write_state(job: GridJob, **fields: Any) -> dict[str, Any]:
-    """Replace the job's state with `fields` (attempts carried over unless given)."""
-    state = {"attempts": read_state(job).get("attempts", 0), **fields}
+    """Replace the job's state with `fields` (`attempts` and the spend, `CARRIED`, carried over
+    unless given)."""
+    old = read_state(job)
+    state = {"attempts": old.get("attempts", 0),
+             **{name: old[name] for name in CARRIED if name in old}, **fields}
     write_text(state_path(job), json.dumps(state, sort_keys=True) + "\n")
     return state
 
@@ -105,7 +111,27 @@ def _fresh(job: GridJob) -> bool:
         return False
 
 
-def _alive(pid: Any) -> bool:
+def process_start(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22): with
+    its pid, it names one process, so a pid used again by another process is not taken for
+    it. None where /proc cannot tell."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: Any, started: Any = None) -> bool:
+    """The process `pid` runs, is no zombie, and (when `started` is known) is the one that
+    started then."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -114,14 +140,11 @@ def _alive(pid: Any) -> bool:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    fields = _stat(pid)
+    if fields is None:
         return True
+    if isinstance(started, int) and process_start(pid) not in (None, started):
+        return False  # the pid was used again
     return fields[0] != "Z"
 
 
@@ -143,7 +166,8 @@ def job_status(job: GridJob) -> Status:
     state = read_state(job)
     if state.get("state") == "running":
         here = state.get("host") == socket.gethostname()
-        return "running" if (_alive(state.get("pid")) if here else _fresh(job)) else "pending"
+        alive = _alive(state.get("pid"), state.get("pid_start")) if here else _fresh(job)
+        return "running" if alive else "pending"
     return "failed" if state.get("state") == "failed" else "pending"
 
 

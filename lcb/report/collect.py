@@ -152,7 +152,8 @@ def status_pages(paths: list[Path]) -> list[tuple[Path, Path]]:
         except (OSError, ValueError, RecursionError):
             continue
         page = pointer.get("page") if isinstance(pointer, dict) else None
-        if isinstance(page, str) and Path(page).is_absolute() and Path(page).is_file():
+        if isinstance(page, str) and Path(page).is_absolute() and \
+                Path(page).name == "index.html" and Path(page).is_file():
             found.setdefault(Path(page), folder)
     return [(folder, page) for page, folder in found.items()]
 

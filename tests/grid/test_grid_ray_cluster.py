@@ -4,12 +4,15 @@ and a second raylet, each its own processes: `ray.cluster_utils.Cluster`), with 
 
 - The grid spreads over both nodes (one CPU each, one CPU a job) and every job ends with its
   reference result.
-- A node killed mid-grid (its raylet and workers SIGKILLed while its job has a journal) has its
-  job run again on a live node: the new attempt waits for the dead runner's job to stop,
-  resumes its journal (what it had written is kept, nothing is charged twice), and every job
-  ends exactly once with its reference result.
+- A node killed mid-grid (its raylet and every process under it SIGKILLed at once, as when a
+  machine dies, while its job has a journal) has its job run again on a live node: the new
+  attempt resumes the journal (what it had written is kept, nothing is charged twice), and
+  every job ends exactly once with its reference result.
 """
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +61,35 @@ def _node_of(job) -> str:
     return read_state(job).get("node", "").removeprefix("ray node ")
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, from /proc (the node's workers, their jobs and helpers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_node(cluster, node) -> None:
+    """The node dies as a machine does: its raylet and every process under it at once."""
+    from ray._private import ray_constants
+
+    raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+    tree = _descendants(raylet)
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _same_as_reference(path: Path, reference: Path) -> None:
     ran, whole = result_view(load_spec(path)), result_view(load_spec(reference))
     assert ran and ran == {key: whole[key] for key in ran}
@@ -96,7 +128,7 @@ def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server,
         (victim,) = victims
         cut, node = journal(victim), _node_of(victim)
         (doomed,) = [n for n in cluster.list_all_nodes() if n.node_id.startswith(node)]
-        cluster.remove_node(doomed, allow_graceful=False)
+        _kill_node(cluster, doomed)
         server.latency_s = 0.0
         _, err = grid.communicate(timeout=300)
     finally:
