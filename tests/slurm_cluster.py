@@ -8,7 +8,7 @@ Debian's `munge` and `slurm-wlm`, each started in the foreground under a test fo
   (`SlurmdParameters=config_overrides`), so array parallelism, not the hardware, bounds the
   tasks at once. Accounting is off (`accounting_storage/none`, no slurmdbd): `sacct` answers
   "accounting storage is disabled", as on many small clusters, which `lcb grid` must cope with.
-- `KillWait=5`: a cancelled or requeued task gets SIGTERM, then SIGKILL 5 s later.
+- `KillWait=3`: a cancelled or requeued task gets SIGTERM, then SIGKILL 3 s later.
   `cred_expire=5`: a requeued task may start again 5 s after it ended (Slurm's default holds
   it for 120 s: its job credential stays revoked that long, and a launch before fails).
   `sched_interval=1`, `bf_interval=1`: the scheduler looks at pending tasks every second.
@@ -82,7 +82,7 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
-KillWait=5
+KillWait=3
 SchedulerParameters=sched_interval=1,bf_interval=1
 JobRequeue=1
 NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} RealMemory=4000 State=UNKNOWN

@@ -1,12 +1,14 @@
 """What the grid keeps beside its jobs: one state file and one log per job, under `<out>/.grid/`.
 
 Contract:
-- `<out>/.grid/state/<slug>.json` holds the job's last known state: `running` (with the pid
-  and host of its process, and when it started), `failed` (exit code and reason),
-  `interrupted` (stopped by the grid: Ctrl-C, SIGTERM, a cancelled task), `requeued` (a
-  preempted Slurm task) or `done`, plus `attempts` (how often the grid launched it). Written
-  whole through `lcb.io.write_text` (atomic), so a kill never leaves half a file; a file
-  that does not parse reads as no state.
+- `<out>/.grid/state/<slug>.json` holds the job's last known state: `running` (with the pid,
+  the pid's start time (`process_start`) and host of its process, and when it started),
+  `failed` (exit code and reason), `interrupted` (stopped by the grid: Ctrl-C, SIGTERM, a
+  cancelled task), `requeued` (a preempted Slurm task) or `done`, plus `attempts` (how often
+  the grid launched it) and the job's spend so far (`tokens`, `calls`: `lcb.grid.limits`),
+  both carried from one state to the next. Written whole through `lcb.io.write_text`
+  (atomic), so a kill never leaves half a file; a file that does not parse reads as no
+  state.
 - `<out>/.grid/logs/<slug>.log` gets each attempt's stdout and stderr, appended, after a
   header line naming the attempt and the command.
 - `job_lock(job)` holds `<out>/.grid/locks/<slug>.lock` (a non-blocking `flock`) while one
@@ -15,7 +17,8 @@ Contract:
   `summary.json` says `"complete": true` (`lcb run` writes its summary on every exit, an
   interrupted one included, so existing is not enough).
 - `job_status(job)` is what status and the executors go by: `done` by `is_done` (whatever
-  the state file says), `running` when the state says so and its process is alive (on another
+  the state file says), `running` when the state says so and its process is alive (the same
+  pid, started at the recorded time where it was recorded; on another
   host, where no pid can be checked: while its heartbeat, the state file's mtime, is under
   `STALE_S` old), `failed` when the state says so, else `pending` (never run, or interrupted:
   `interrupted(job)` tells).

@@ -5,15 +5,20 @@ start (not root, Debian's slurm-wlm or munge missing).
 - The whole array: every job ends with its reference result, no more tasks run at once than
   `array_parallelism` allows (and that many do), each task's log lands in the spec's
   `log_folder`, and `lcb grid status` shows Slurm's view of the tasks.
+- A task cancelled while it runs (`scancel`) is a `failed` outcome naming Slurm's state, and
+  the waiting grid does not hang on it (no accounting: squeue's view decides).
 - Two interruptions in one array: a task requeued by an administrator (`scontrol requeue`:
   SIGTERM, then a requeue) and a task whose time limit runs out (its limit cut to one minute
-  while it runs: Slurm's warning signal, submitit's checkpoint and requeue). Both resume from
-  their journals: what they had written is kept, no rollout is charged twice, and the results
-  equal the reference's. (The test cluster lets a requeued task start again after 5 s, not
-  Slurm's 120 s: `tests.slurm_cluster`.)
+  while it runs: Slurm's warning signal, submitit's checkpoint and requeue; the job is frozen
+  with SIGSTOP until the warning comes, since slurmctld checks time limits every 30 s). Both
+  resume from their journals: what they had written is kept, no rollout is charged twice,
+  and the results equal the reference's. (The test cluster lets a requeued task start again
+  after 5 s, not Slurm's 120 s: `tests.slurm_cluster`.)
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,8 +56,9 @@ def cluster(tmp_path_factory):
 
 def _spec(folder: Path, base_url: str, **fields) -> Path:
     slurm = {"partition": "lcb", "array_parallelism": 2, "cpus_per_task": 1,
-             "time_limit_min": 10, "log_folder": "slurm-logs", **fields}
-    return write_spec(folder, small_grid(base_url, topologies=["sequential"], slurm=slurm))
+             "time_limit_min": 10, "log_folder": "slurm-logs"}
+    return write_spec(folder, small_grid(base_url, topologies=["sequential"], slurm=slurm,
+                                         **fields))
 
 
 def _start(path: Path, cluster) -> subprocess.Popen:
@@ -108,42 +114,6 @@ def test_the_array_runs_every_job_within_its_parallelism(cluster, server, refere
     assert not server.script_errors
 
 
-def test_a_requeued_task_and_one_out_of_time_resume_to_the_reference(cluster, server, reference,
-                                                                       tmp_path):
-    path = _spec(tmp_path, server.base_url)
-    spec = load_spec(path)
-    requeued, timed = plan(spec)[2:]  # gepa seeds 0 and 1: the jobs with a journal to keep
-    server.latency_s = 1.0  # both jobs run long enough to be caught mid-way
-    grid = _start(path, cluster)
-    try:
-        tasks = _until("task ids", lambda: recorded_tasks(spec.root), grid)
-        _until("the second job running", lambda: read_state(timed).get("state") == "running",
-               grid)
-        cluster.run("scontrol", "update", f"JobId={tasks[timed.key]['task']}", "TimeLimit=1")
-        server.latency_s = 3.0  # it still runs when Slurm's warning comes (within 30 s)
-        cut = _until("a journal to cut", lambda: journal(requeued), grid)
-        cluster.run("scontrol", "requeue", tasks[requeued.key]["task"])
-        _until("the requeued job stopped",
-               lambda: read_state(requeued).get("state") == "interrupted", grid)
-        _until("the checkpoint", lambda: read_state(timed).get("state") == "requeued", grid, 60)
-        server.latency_s = 0.0
-        cluster.run("scontrol", "update", f"JobId={tasks[timed.key]['task']}", "TimeLimit=10")
-        _, err = grid.communicate(timeout=180)
-    finally:
-        server.latency_s = 0.0
-        if grid.poll() is None:
-            grid.kill()
-    assert grid.returncode == 0, err[-3000:]
-    assert "4 finished or skipped, 0 failed" in err
-    for name, lines in cut.items():  # resumed, not started over
-        assert Path(name).read_text(errors="replace").startswith(lines), name
-    assert read_state(requeued)["attempts"] == 2 and read_state(timed)["attempts"] == 2
-    submitit_log = (spec.root / "slurm-logs" / tasks[timed.key]["task"]).rglob("*_log.err")
-    assert any("timed-out" in log.read_text() for log in submitit_log)
-    _same_as_reference(path, reference)
-    assert not server.script_errors
-
-
 def test_a_cancelled_task_is_a_failed_job_not_a_hang(cluster, server, tmp_path, monkeypatch):
     from lcb.grid.executors import RunOptions
     from lcb.grid.slurm import run_array
@@ -170,3 +140,50 @@ def test_a_cancelled_task_is_a_failed_job_not_a_hang(cluster, server, tmp_path, 
     assert outcome.status == "failed" and "ended CANCELLED without a result" in outcome.reason
     assert read_state(job)["state"] == "interrupted"  # its runner stopped it: resumable
     assert seen == [outcome]
+
+
+def test_a_requeued_task_and_one_out_of_time_resume_to_the_reference(cluster, server, reference,
+                                                                       tmp_path):
+    path = _spec(tmp_path, server.base_url, methods=["gepa"])  # jobs with a journal to keep
+    spec = load_spec(path)
+    requeued, timed = plan(spec)
+    server.latency_s = 0.5  # both jobs run long enough to be caught mid-way
+    grid = _start(path, cluster)
+    try:
+        tasks = _until("task ids", lambda: recorded_tasks(spec.root), grid)
+        timed_task = tasks[timed.key]["task"]
+        cut = _until("the second job's journal", lambda: journal(timed), grid)
+        # frozen until Slurm's warning: slurmctld checks time limits every 30 s, and the job
+        # must still run then, whatever its speed
+        frozen = read_state(timed)["pid"]
+        os.kill(frozen, signal.SIGSTOP)
+        cluster.run("scontrol", "update", f"JobId={timed_task}", "TimeLimit=1")
+        cut |= _until("the first job's journal", lambda: journal(requeued), grid)
+        cluster.run("scontrol", "requeue", tasks[requeued.key]["task"])
+        server.latency_s = 0.0
+        _until("the requeued job stopped",
+               lambda: read_state(requeued).get("state") == "interrupted", grid)
+        _until("Slurm's time-limit warning",
+               lambda: "Caught signal SIGUSR2" in _out(spec, timed_task), grid, 45)
+        os.kill(frozen, signal.SIGCONT)  # it gets the checkpoint's SIGTERM and stops
+        _until("the checkpoint", lambda: read_state(timed).get("state") == "requeued", grid, 30)
+        cluster.run("scontrol", "update", f"JobId={timed_task}", "TimeLimit=10")
+        _, err = grid.communicate(timeout=180)
+    finally:
+        server.latency_s = 0.0
+        if grid.poll() is None:
+            grid.kill()
+    assert grid.returncode == 0, err[-3000:]
+    assert "2 finished or skipped, 0 failed" in err
+    for name, lines in cut.items():  # resumed, not started over
+        assert Path(name).read_text(errors="replace").startswith(lines), name
+    assert read_state(requeued)["attempts"] == 2 and read_state(timed)["attempts"] == 2
+    assert "this job is timed-out" in _out(spec, timed_task)
+    _same_as_reference(path, reference)
+    assert not server.script_errors
+
+
+def _out(spec, task: str) -> str:
+    """The submitit log of a task (every run of it, appended)."""
+    return "".join(log.read_text(errors="replace")
+                   for log in (spec.root / "slurm-logs" / task).glob("*_log.*"))
