@@ -9,10 +9,13 @@ the grid, whatever their order or interruptions, get the same answers and the sa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +128,25 @@ def charged_keys(job: GridJob) -> list[str]:
     path = job.out / "rollouts.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [json.loads(line)["key"] for line in lines if line.strip()]
+
+
+def assert_same_as_reference(spec_path: Path, reference: Path) -> None:
+    """Every finished job of the grid at `spec_path` has the result the same job has in the
+    reference grid, and no rollout key is charged twice in its journal."""
+    ran, whole = result_view(load_spec(spec_path)), result_view(load_spec(reference))
+    assert ran and ran == {key: whole[key] for key in ran}
+    for job in plan(load_spec(spec_path)):
+        keys = charged_keys(job)
+        assert len(keys) == len(set(keys)), job.key  # nothing charged twice
+
+
+@contextlib.contextmanager
+def acting_on(grid: subprocess.Popen, server: Any) -> Iterator[subprocess.Popen]:
+    """A running `lcb grid run` a test acts on (kills a node, requeues a task): at the end the
+    scripted server answers at full speed again and a grid still running is killed."""
+    try:
+        yield grid
+    finally:
+        server.latency_s = 0.0
+        if grid.poll() is None:
+            grid.kill()

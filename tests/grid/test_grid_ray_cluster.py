@@ -23,7 +23,14 @@ import pytest
 from lcb.grid.plan import plan
 from lcb.grid.spec import load_spec
 from lcb.grid.state import read_state
-from tests.helpers_grid import charged_keys, grid_env, journal, result_view, small_grid, write_spec
+from tests.helpers_grid import (
+    acting_on,
+    assert_same_as_reference,
+    grid_env,
+    journal,
+    small_grid,
+    write_spec,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 LCB = str(Path(sys.executable).parent / "lcb")
@@ -90,14 +97,6 @@ def _kill_node(cluster, node) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _same_as_reference(path: Path, reference: Path) -> None:
-    ran, whole = result_view(load_spec(path)), result_view(load_spec(reference))
-    assert ran and ran == {key: whole[key] for key in ran}
-    for job in plan(load_spec(path)):
-        keys = charged_keys(job)
-        assert len(keys) == len(set(keys)), job.key  # nothing charged twice
-
-
 def test_the_grid_spreads_over_both_nodes(cluster, server, reference, tmp_path):
     path = _spec(tmp_path, server.base_url)
     grid = _grid(path, cluster)
@@ -107,7 +106,7 @@ def test_the_grid_spreads_over_both_nodes(cluster, server, reference, tmp_path):
     nodes = {_node_of(job) for job in plan(load_spec(path))}
     alive = {node.node_id[:12] for node in cluster.list_all_nodes()}
     assert nodes == alive and len(nodes) == 2
-    _same_as_reference(path, reference)
+    assert_same_as_reference(path, reference)
 
 
 def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server, reference,
@@ -116,8 +115,7 @@ def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server,
     jobs = plan(load_spec(path))
     head = cluster.head_node.node_id[:12]
     server.latency_s = 0.5  # the jobs run long enough to be caught mid-way
-    grid = _grid(path, cluster)
-    try:
+    with acting_on(_grid(path, cluster), server) as grid:
         deadline = time.monotonic() + 120
         while not (victims := [job for job in jobs if _node_of(job) not in ("", head)
                                 and read_state(job).get("state") == "running"
@@ -131,10 +129,6 @@ def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server,
         _kill_node(cluster, doomed)
         server.latency_s = 0.0
         _, err = grid.communicate(timeout=300)
-    finally:
-        server.latency_s = 0.0
-        if grid.poll() is None:
-            grid.kill()
     assert grid.returncode == 0, err[-3000:]
     assert "2 finished or skipped, 0 failed" in err
     for job in jobs:  # each job ends exactly once
@@ -144,5 +138,5 @@ def test_a_killed_node_has_its_job_rerun_elsewhere_exactly_once(cluster, server,
     assert f"attempt 1 on ray node {node}" in log and f"attempt 2 on ray node {head}" in log
     for name, lines in cut.items():  # resumed, not started over
         assert Path(name).read_text(errors="replace").startswith(lines), name
-    _same_as_reference(path, reference)
+    assert_same_as_reference(path, reference)
     assert not server.script_errors
