@@ -34,7 +34,7 @@ from tests.helpers_grid import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 LCB = str(Path(sys.executable).parent / "lcb")
-FAST_FAILURE = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3,
+FAST_FAILURE = {"health_check_period_ms": 1000, "health_check_failure_threshold": 10,
                 "health_check_initial_delay_ms": 1000}
 
 
