@@ -170,7 +170,7 @@ def _policy(spec: Any, retries: int | None, retry_wait: str | None, job_time_lim
     import time
 
     from lcb.grid.limits import JobPolicy
-    from lcb.grid.spec import parse_duration
+    from lcb.grid.spec_fields import parse_duration
 
     limits = spec.limits
     try:

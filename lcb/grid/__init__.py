@@ -1,6 +1,7 @@
 """`lcb grid`: plan, run, resume and report an experiment grid through an existing engine.
 
-The pieces, one concept each: `spec` (grid.yaml, checked), `plan` (spec -> jobs, each a command
+The pieces, one concept each: `spec` (grid.yaml, checked; its field rules and engine
+sections in `spec_fields`), `plan` (spec -> jobs, each a command
 a user could type, and `--shard i/N`), `jobrun` (the one job function every executor runs,
 with its retries), `launch` (one attempt as a process: start, heartbeat, stop), `limits`
 (retries, time limits, the grid's token and time budgets), `checks` (the endpoint check before

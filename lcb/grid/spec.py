@@ -29,26 +29,28 @@ Contract:
   line); a model's name is a folder name (letters, digits, `_`, `.`, `-`, not first), its id
   holds no white space, `api_key_env` is a variable name, `slurm.partition` a partition list
   and `slurm.log_folder` stays inside the grid folder (relative, no `..`).
+  The rules and the engine sections (`slurm`, `ray`, `limits`) live in
+  `lcb.grid.spec_fields`.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from lcb.grid.spec_fields import (
+    FolderName,
+    Int,
+    LimitsSpec,
+    PlainText,
+    RaySpec,
+    SlurmSpec,
+    Strict,
+    matching,
+    plain_text,
+)
 from lcb.registry import (
     COMMUNICATIONS,
     DEFAULT_COMMUNICATION,
@@ -65,59 +67,19 @@ AXES = ("method", "topology", "team_size", "communication", "model", "seed")
 KNOWN = {"method": METHODS, "topology": TOPOLOGIES}
 TEAM_AXES = ("team_size", "communication")  # the axes a `single` job does not have
 Scalar = str | int
-Int = Annotated[int, Field(strict=True)]
 
 
 class SpecError(ValueError):
     """A grid spec that cannot be used; the message names the file and the fields."""
 
 
-def _plain(text: str) -> str:
-    """Text with no control character (module docstring)."""
-    bad = next((ch for ch in text if ord(ch) < 32 or ord(ch) == 127), None)
-    if bad is not None:
-        raise ValueError(f"holds the control character {bad!r}: refused, since it would reach "
-                         "sbatch, a command line, a log or a path as it is")
-    return text
 
-
-def _matching(pattern: str, what: str) -> Any:
-    rule = re.compile(pattern)
-
-    def check(text: str) -> str:
-        _plain(text)
-        if not rule.fullmatch(text):
-            raise ValueError(f"{text!r} is not {what}")
-        return text
-
-    return AfterValidator(check)
-
-
-def _inside(text: str) -> str:
-    """A folder inside the grid folder: relative, no `..`."""
-    path = PurePosixPath(_plain(text))
-    if path.is_absolute() or ".." in path.parts or "\\" in text:
-        raise ValueError(f"{text!r} must stay inside the grid folder: a relative path "
-                         "without '..'")
-    return text
-
-
-PlainText = Annotated[str, AfterValidator(_plain)]
-NAME_RULE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
-FolderName = Annotated[str, _matching(NAME_RULE, "a folder name (letters, digits, '_', '.', "
-                                                 "'-'; not first)")]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     """One task model: its id, the base URLs serving it, the variable holding its key."""
 
-    id: Annotated[str, _matching(r"\S+", "a model id (no white space)")]
+    id: Annotated[str, matching(r"\S+", "a model id (no white space)")]
     endpoints: tuple[PlainText, ...] = ()
-    api_key_env: Annotated[str, _matching(r"[A-Za-z_][A-Za-z0-9_]*",
+    api_key_env: Annotated[str, matching(r"[A-Za-z_][A-Za-z0-9_]*",
                                           "an environment variable's name")] | None = None
 
     @field_validator("endpoints")
@@ -129,7 +91,7 @@ class ModelSpec(_Strict):
         return tuple(dict.fromkeys(url.rstrip("/") for url in urls))
 
 
-class Sampling(_Strict):
+class Sampling(Strict):
     """Generation flags given to every job (None: the job's default)."""
 
     temperature: float | None = Field(default=None, ge=0)
@@ -140,7 +102,7 @@ class Sampling(_Strict):
     queue_timeout: float | None = Field(default=None, gt=0)
 
 
-class Settings(_Strict):
+class Settings(Strict):
     """Settings shared by every job of the grid (None: the command's default)."""
 
     budget: int | None = Field(default=None, ge=0)
@@ -160,7 +122,7 @@ class Settings(_Strict):
     sampling: Sampling = Sampling()
 
 
-class Negation(_Strict):
+class Negation(Strict):
     """`{not: ...}` in an exclusion: every value but these."""
 
     not_: tuple[Scalar, ...] = Field(alias="not")
@@ -174,60 +136,7 @@ class Negation(_Strict):
 Match = Scalar | list[Scalar] | Negation
 
 
-class SlurmSpec(_Strict):
-    """The Slurm array's settings (`--executor slurm`, through submitit).
-
-    `cluster: local` runs the array as processes on this machine without Slurm (submitit's
-    local executor), a dry run of the Slurm path."""
-
-    partition: Annotated[str, _matching(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*",
-                                        "a partition or a comma-separated list")] | None = None
-    time_limit_min: int = Field(default=24 * 60, ge=1)
-    array_parallelism: int = Field(default=64, ge=1)
-    cpus_per_task: int = Field(default=4, ge=1)
-    mem_gb: float | None = Field(default=None, gt=0)
-    log_folder: Annotated[str, AfterValidator(_inside)] = ".grid/slurm"
-    cluster: Literal["slurm", "local"] = "slurm"
-
-
-def parse_duration(value: float | str) -> float:
-    """Seconds in `90s`, `45m`, `12h`, `2d` or a plain number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration (e.g. 90s, 45m, 12h, 2d)")
-    text = str(value).strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:])
-    try:
-        seconds = float(text[:-1] if scale else text) * (scale or 1)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a duration (e.g. 90s, 45m, 12h, 2d)") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"{value!r} is not a positive duration")
-    return seconds
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-
-
-class LimitsSpec(_Strict):
-    """What the grid may spend (`lcb grid run`'s flags of the same names win over these)."""
-
-    retries: Int = Field(default=0, ge=0)
-    retry_wait: Duration = 30.0
-    job_time_limit: Duration | None = None
-    token_budget: Int | None = Field(default=None, ge=1)
-    time_budget: Duration | None = None
-
-
-class RaySpec(_Strict):
-    """The Ray settings (`--executor ray`): an existing cluster, or a local instance."""
-
-    address: PlainText | None = None
-    num_cpus: int | None = Field(default=None, ge=1)
-    cpus_per_job: float = Field(default=1, gt=0)
-    max_retries: int = Field(default=3, ge=0)
-
-
-class GridSpec(_Strict):
+class GridSpec(Strict):
     """A whole grid (module docstring)."""
 
     kind: Literal["optimize", "run"] = "optimize"
@@ -281,13 +190,13 @@ class GridSpec(_Strict):
         def walk(value: Any) -> None:
             if isinstance(value, dict):
                 for key, inner in value.items():
-                    _plain(str(key))
+                    plain_text(str(key))
                     walk(inner)
             elif isinstance(value, list | tuple):
                 for inner in value:
                     walk(inner)
             elif isinstance(value, str):
-                _plain(value)
+                plain_text(value)
 
         walk(values)
         return values
