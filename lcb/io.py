@@ -24,6 +24,9 @@ Contract:
   fail (not UTF-8, not JSON, nested deeper than the parser's recursion limit, an integer literal
   longer than Python converts) raised as `BadJson`, a `ValueError` whose message says why in a
   few words; the caller adds the file and the line number.
+- `page_link(target, start)` is how a written page links to another file: the path relative to
+  the page's folder `start` (both folders can move together), a `file://` address only where
+  no relative path exists (another drive).
 """
 
 from __future__ import annotations
@@ -149,3 +152,11 @@ def loads(data: str | bytes) -> Any:
         raise BadJson(f"not valid JSON ({exc})") from None
     except ValueError as exc:  # an integer literal longer than Python converts, for one
         raise BadJson(f"not valid JSON ({str(exc)[:80]})") from None
+
+
+def page_link(target: Path, start: Path) -> str:
+    """A link from a page in folder `start` to `target` (module contract)."""
+    try:
+        return Path(os.path.relpath(target, start)).as_posix()
+    except ValueError:  # another drive: no relative path
+        return Path(os.path.abspath(target)).as_uri()

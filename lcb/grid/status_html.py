@@ -35,7 +35,7 @@ from lcb.grid.spec import GridSpec
 from lcb.grid.spend import Spend, job_spend, total_spend
 from lcb.grid.state import GRID_DIR, STATUSES, Status, log_path, statuses
 from lcb.grid.status import grid_status
-from lcb.io import write_text
+from lcb.io import page_link, write_text
 
 POINTER = "status_page.json"  # under <grid folder>/.grid/; lcb.report.collect reads it
 CELL_AXES = ("method", "topology", "team_size", "communication", "model")
@@ -57,7 +57,7 @@ def write_status_page(spec: GridSpec, jobs: Sequence[GridJob], folder: Path, *,
     report = grid_status(spec, jobs, lines=lines, seen=seen)
     spends = {job.key: job_spend(job) for job in jobs}
     by_key = {job.key: job for job in jobs}
-    failed = [{**entry, "log_href": _href(log_path(by_key[entry["key"]]), page.parent)}
+    failed = [{**entry, "log_href": page_link(log_path(by_key[entry["key"]]), page.parent)}
               for entry in report["failed"]]
     rows = cell_rows(jobs, seen, spends)
     written_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -95,14 +95,6 @@ def _row(axes: Sequence[str], jobs: Sequence[GridJob], seen: Mapping[str, Status
     return {"axes": list(axes), "jobs": len(jobs), "counts": counts, "spend": spend,
             "calls": spend.calls, "tokens": tokens_text(spend.tokens, spend.without_usage),
             "errors": list(spend.errors), "all": everything}
-
-
-def _href(target: Path, start: Path) -> str:
-    """A link from a page in `start` to `target`: relative when one exists, else file://."""
-    try:
-        return Path(os.path.relpath(target, start)).as_posix()
-    except ValueError:  # another drive: no relative path
-        return Path(os.path.abspath(target)).as_uri()
 
 
 def _environment() -> Environment:

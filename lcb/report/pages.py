@@ -33,7 +33,7 @@ from typing import Any
 
 from jinja2 import Environment
 
-from lcb.io import fsync_folder, json_text, write_text
+from lcb.io import fsync_folder, json_text, page_link, write_text
 from lcb.report import aggregates, plots
 from lcb.report.assets import CSP, CSS, SCRIPT, environment
 from lcb.report.collect import ReportError, Sources
@@ -120,11 +120,7 @@ def status_links(sources: Sources, out: Path) -> list[dict[str, str]]:
     contract): `href`, and `grid`, the grid folder as `Sources.shown` gives it."""
     links = []
     for folder, page in sources.status_pages:
-        try:
-            href = Path(os.path.relpath(page, out)).as_posix()
-        except ValueError:  # another drive: no relative path
-            href = page.as_uri()
-        links.append({"href": href, "grid": sources.shown(folder) or folder.name})
+        links.append({"href": page_link(page, out), "grid": sources.shown(folder) or folder.name})
     return links
 
 
