@@ -139,8 +139,12 @@ class FakeContext:
     def solves(self, bundle: Mapping[str, str], problem: Problem) -> bool:
         return KEYWORD in bundle[self.target_role] or problem.id in self.easy
 
+    def whole_team_answers(self, active: frozenset[str]) -> bool:
+        return False  # a fake team shares no answers: every coalition is charged
+
     async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
-                      active: frozenset[str] | None = None) -> Rollout | None:
+                      active: frozenset[str] | None = None,
+                      reuse: bool = False) -> Rollout | None:
         assert problem in self.data.train or problem in self.data.validation
         frozen = dict(bundle)
         validate_bundle(frozen, seed=self.seed_bundle)  # only valid bundles ever run
@@ -396,8 +400,11 @@ def check_three_phases(job: MethodJob) -> None:
     logged = [json.loads(line) for line in log_file.read_text().splitlines()] \
         if log_file.exists() else []
     assert ledger["total"] == budget
-    assert len(logged) == ledger["charged"] == summary["charged"] <= budget
-    assert all(0 < line["charged"] <= budget for line in logged)
+    charged_lines = [line for line in logged if not line["free"]]
+    assert len(charged_lines) == ledger["charged"] == summary["charged"] <= budget
+    assert len(logged) - len(charged_lines) == ledger["free"]  # coalitions that sent nothing
+    assert all(0 < line["charged"] <= budget for line in charged_lines)
+    assert all(line["reused"] is not None for line in logged if line["free"])
     assert (ledger["infra_failures"], ledger["abandoned"]) == (0, 0)
     history = read_history(out)
     charged = [entry.charged for entry in history]
@@ -409,7 +416,8 @@ def check_three_phases(job: MethodJob) -> None:
     team_runs = [r for r in job.model.team_requests
                  if job.team.problem_of(_without_demos(r)) is not None]
     sampled = [r for r in team_runs if r.get("temperature") != 0.0]
-    assert len(sampled) == sum(line["n_llm_calls"] for line in logged) > 0
+    sent = [line["n_llm_calls"] - (line["reused"] or {"calls": 0})["calls"] for line in logged]
+    assert len(sampled) == sum(sent) > 0  # a coalition's reused calls were never sent
 
     # validate, then the seal, then test
     test_ids = set(splits.test)

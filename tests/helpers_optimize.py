@@ -127,9 +127,10 @@ def run(coro: Any) -> Any:
 @contextlib.asynccontextmanager
 async def job_context(base_url: str, job_dir: Path, *, topology: str = "single",
                       budget: int = 4, concurrency: int = 2, optimizer_seed: int = 0,
+                      team_size: int | None = None,
                       **model_overrides: Any) -> AsyncIterator[JobContext]:
     """A live `JobContext` on the sample splits against the scripted server at `base_url`."""
-    cell = TeamCell(topology)
+    cell = TeamCell(topology, team_size)
     runtime = TeamRuntime(model_config(base_url, **model_overrides))
     ledger = BudgetLedger(budget)
     job_dir.mkdir(parents=True, exist_ok=True)

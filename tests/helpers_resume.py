@@ -70,7 +70,8 @@ def finish(process: subprocess.Popen) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def charged_lines(out: Path) -> list[dict]:
+def journal_lines(out: Path) -> list[dict]:
+    """The complete lines of the job's rollout journal: charged rollouts and free coalitions."""
     path = out / "rollouts.jsonl"
     if not path.exists():
         return []
@@ -82,7 +83,7 @@ def kill_after(argv: list[str], out: Path, env: dict[str, str], *, rollouts: int
                                stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     try:
-        while len(charged_lines(out)) < rollouts:
+        while len(journal_lines(out)) < rollouts:
             assert process.poll() is None, "the job ended before the kill"
             assert time.monotonic() < deadline, "the job made no progress"
             time.sleep(0.05)
@@ -130,7 +131,7 @@ class Interrupted(BaseException):
 
 
 def _interrupt_after(monkeypatch: Any, rollouts: int) -> None:
-    """Make the rollout journal raise `Interrupted` once it holds `rollouts` charged lines; a
+    """Make the rollout journal raise `Interrupted` once it holds `rollouts` lines; a
     rollout finishing after that is never written (as after a kill)."""
     append = RolloutJournal.append
 
@@ -165,9 +166,9 @@ def assert_interrupted_resumes_to_whole(scripted: Callable[..., Any], tmp_path: 
         return asyncio.run(run_job(config))
 
     whole = job("whole")
-    total = whole["charged"]
+    total, lines = whole["charged"], len(journal_lines(tmp_path / "whole"))
     at = kill_at or random.Random(f"kill-{method}").randint(3, 9)
-    assert total >= 12 and at <= total - 3, (total, at)  # stopped somewhere in the middle
+    assert total >= 12 and at <= lines - 3, (total, lines, at)  # stopped in the middle
     with monkeypatch.context() as patch:
         _interrupt_after(patch, at)
         try:
@@ -176,7 +177,7 @@ def assert_interrupted_resumes_to_whole(scripted: Callable[..., Any], tmp_path: 
             pass
         else:
             raise AssertionError(f"the job ended before its {at}th charged rollout")
-    assert len(charged_lines(tmp_path / "killed")) == at
+    assert len(journal_lines(tmp_path / "killed")) == at
     assert not (tmp_path / "killed" / "result.json").exists()
     resumed = job("killed")
     assert resumed["charged"] == total
@@ -188,6 +189,9 @@ def _assert_same_job(resumed: Path, whole: Path, total: int) -> None:
     """The resumed folder ends as the whole one: result.json, history, each key charged once."""
     assert (json.loads((resumed / "result.json").read_text())
             == json.loads((whole / "result.json").read_text()))
-    keys = [line["key"] for line in charged_lines(resumed)]
-    assert len(keys) == len(set(keys)) == total  # every rollout charged once
+    lines = journal_lines(resumed)
+    keys = [line["key"] for line in lines]
+    assert len(keys) == len(set(keys))  # every rollout run once
+    assert sum(not line["free"] for line in lines) == total  # and charged once
+    assert sorted(keys) == sorted(line["key"] for line in journal_lines(whole))
     assert _history(resumed) == _history(whole)

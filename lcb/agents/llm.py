@@ -44,6 +44,10 @@ Contract:
   stored whole; a failed call never is. In replay mode (`ResponseCache.replay`) a call that is
   not stored fails at once with `CacheMiss` (a `ModelCallError` naming problem, role, agent,
   turn, sample and purpose) and sends nothing.
+- With `shared` (`lcb.agents.shared.SharedAnswers`: answers another run of the same team on
+  the same row got), a call whose key it holds is answered from it first, the same way
+  (`cached: true`); every other call is counted there as fresh and, if the view writes,
+  stored in it. A view that only reuses fails a call it cannot answer with `CacheMiss`.
 - `request_seed` (from `lcb.agents.seeds`, re-exported) is each request's seed.
 """
 
@@ -78,6 +82,7 @@ from lcb.agents.failures import (  # re-exported: the gateway's failures are par
 )
 from lcb.agents.models import ModelConfig, new_session, proxy_for
 from lcb.agents.seeds import request_seed
+from lcb.agents.shared import SharedAnswers
 from lcb.agents.stream import Limits, request_body, stream_reply
 from lcb.agents.usage import CallRecord, CallTag, UsageLedger
 from lcb.extract import strip_think
@@ -152,28 +157,39 @@ class ModelGateway:
         seed: int | None = None,
         sample: int = 0,
         purpose: str | None = None,
+        shared: SharedAnswers | None = None,
     ) -> AIMessage:
         """Send one request (retrying as the module says); return the think-stripped answer.
         With a cache, a stored answer comes back without a request (`sample` and `purpose`,
-        default the gateway's, are part of its key)."""
+        default the gateway's, are part of its key); `shared` answers first
+        (`lcb.agents.shared`)."""
         purpose = purpose or self.purpose
         started = time.monotonic()
-        key = None if self.cache is None else self.cache_key(
+        key = None if self.cache is None and shared is None else self.cache_key(
             messages, tools, tag=tag, seed=seed, sample=sample, purpose=purpose)
-        if key is not None and self.cache is not None:
+        stored = shared.answer(key) if shared is not None and key is not None else None
+        if stored is None and shared is not None and shared.only_reuse:
+            shared.missed = True
+            miss = CacheMiss(tag, sample=sample, purpose=purpose)
+            ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
+            raise miss
+        if stored is None and key is not None and self.cache is not None:
             stored = self.cache.get(key)
-            if stored is not None:
-                return self._finish(stored.message(), tag=tag, ledger=ledger, attempts=0,
-                                    latency_s=time.monotonic() - started, seed=seed,
-                                    cached=True)
-            if self.cache.replay:
+            if stored is None and self.cache.replay:
                 miss = CacheMiss(tag, sample=sample, purpose=purpose)
                 ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
                 raise miss
+            if stored is not None and shared is not None and key is not None:
+                shared.keep(key, stored.message())
+        if stored is not None:
+            return self._finish(stored.message(), tag=tag, ledger=ledger, attempts=0,
+                                latency_s=time.monotonic() - started, seed=seed, cached=True)
         reply, attempts = await self._send(messages, tools, tag=tag, ledger=ledger, seed=seed)
         if key is not None and self.cache is not None:
             self.cache.put(key, CachedReply.of(reply), model=self.config.model_id,
                            purpose=purpose)
+        if key is not None and shared is not None:
+            shared.keep(key, reply)
         return self._finish(reply, tag=tag, ledger=ledger, attempts=attempts,
                             latency_s=time.monotonic() - started, seed=seed, cached=False)
 

@@ -9,10 +9,13 @@ Contract:
   in-flight units are held by reservations, `charged + in flight <= total` at every moment, so
   concurrent dispatch can never overshoot.
 - Each reserved unit ends exactly once: `commit(res)` charges it (a usable rollout: right,
-  wrong or malformed answer alike, a masked team that abstained, a request the server refused)
-  and `refund(res)` returns it (an infrastructure failure: connection, timeout, HTTP 5xx, no
-  model call, grader exception; or a unit not used). `close(res)` refunds what a reservation
-  still holds.
+  wrong or malformed answer alike, a request the server refused) and `refund(res)` returns it
+  (an infrastructure failure: connection, timeout, HTTP 5xx, no model call, grader exception;
+  or a unit not used). `close(res)` refunds what a reservation still holds.
+- A rollout that comes back `free` (`Rollout.free`: a masked run that sent no request, every
+  call answered by the whole team's run of its row, or an abstaining coalition) is usable and
+  returned, but its unit is refunded and counted in `free`, not `charged`; the refusal watch
+  does not see it. `count_free()` counts a journaled one retraced.
 - `run_rollout(attempt)` / `arun_rollout(attempt)` wrap one rollout: reserve one unit, call
   `attempt()`; an `InfraFailure` raised by it is recorded, not charged, and the same `attempt`
   (hence the same seeds) is retried up to `INFRA_RETRIES` (2) more times; after that the unit is
@@ -41,7 +44,7 @@ Contract:
   usage also count `n_calls_without_usage`, and a token total is None when every call it
   covers is unknown; `sum_usage` adds them up. A state without that key reads as 0 of them.
 - `state()` is JSON-able and `BudgetLedger.from_state(state)` restores it for checkpoints:
-  `total, charged, retries, uncharged_rate, infra_failures, abandoned, refused,
+  `total, charged, retries, uncharged_rate, infra_failures, abandoned, refused, free,
   failed_attempt_tokens, refusal_watch, uncharged`. In-flight reservations are not part of the
   state: a rollout cut off by an interruption was never committed, so it is not charged.
 - Thread- and asyncio-safe: every mutation holds one `threading.Lock` for a few instructions
@@ -124,6 +127,7 @@ class BudgetLedger:
         self.infra_failures = 0
         self.abandoned = 0  # rollouts refunded after every retry failed
         self.refused = 0  # charged rollouts whose request the server refused
+        self.free = 0  # usable rollouts that sent no request (`Rollout.free`): not charged
         # calls: answered ones in failed_attempt_tokens; every call (failed too) in uncharged
         self.failed_attempt_tokens: dict[str, int | None] = dict.fromkeys(_USAGE_KEYS, 0)
         self.uncharged: dict[str, dict[str, int | None]] = {}
@@ -294,7 +298,7 @@ class BudgetLedger:
             return {"total": self.total, "charged": self.charged, "retries": self.retries,
                     "uncharged_rate": self.uncharged_rate,
                     "infra_failures": self.infra_failures, "abandoned": self.abandoned,
-                    "refused": self.refused,
+                    "refused": self.refused, "free": self.free,
                     "failed_attempt_tokens": dict(self.failed_attempt_tokens),
                     "refusal_watch": self.watch.state(),
                     "uncharged": {k: dict(v) for k, v in self.uncharged.items()}}
@@ -307,9 +311,14 @@ class BudgetLedger:
             if self._open:
                 raise BudgetError("load_state with reservations open")
             for name in ("total", "retries", "charged", "infra_failures", "abandoned",
-                         "refused", "failed_attempt_tokens", "watch", "uncharged",
+                         "refused", "free", "failed_attempt_tokens", "watch", "uncharged",
                          "uncharged_rate"):
                 setattr(self, name, getattr(restored, name))
+
+    def count_free(self) -> None:
+        """A journaled free rollout retraced (module docstring): counted, never charged."""
+        with self._lock:
+            self.free += 1
 
     def count_abandoned(self, tries: int) -> None:
         """A journaled abandonment retraced: its failed tries and the abandonment itself."""
@@ -327,7 +336,7 @@ class BudgetLedger:
             if not isinstance(charged, int) or not 0 <= charged <= ledger.total:
                 raise BudgetError(f"ledger state: charged={charged!r} outside 0..{ledger.total}")
             ledger.charged = charged
-            for counter in ("infra_failures", "abandoned", "refused"):
+            for counter in ("infra_failures", "abandoned", "refused", "free"):
                 setattr(ledger, counter, int(state.get(counter, 0)))
             failed = state.get("failed_attempt_tokens", {})
             ledger.failed_attempt_tokens = sum_usage([failed], calls="calls")
@@ -385,8 +394,14 @@ class _Unit:
         self.last = exc
 
     def charge(self, result: T) -> T:
-        """A usable rollout: charged; the endpoint is confirmed unless the result shows it made
-        no model call (`result.team.n_llm_calls == 0`: a masked team that abstained)."""
+        """A usable rollout: charged, unless it is `free` (module docstring); the endpoint is
+        confirmed unless the result shows it made no model call."""
+        if getattr(result, "free", False):
+            ledger = self.ledger
+            with ledger._lock:
+                ledger._take(self.reservation)
+                ledger.free += 1
+            return result
         calls = getattr(getattr(result, "team", None), "n_llm_calls", 1)
         self.ledger._charge(self.reservation, refusal=None, answered=calls != 0)
         return result

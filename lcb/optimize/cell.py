@@ -3,7 +3,8 @@
 Contract: `TeamCell(topology, team_size, communication)` names a job's team and knows its prompt
 slots (`roles`) and agent ids (`agents`); an unknown topology, size or format raises
 `ValueError` naming the bad value, at construction. `TeamFacts` gives a class holding a
-`cell` and a `seed_bundle` the `TeamSpec` properties (`lcb.optimize.method`).
+`cell` and a `seed_bundle` the `TeamSpec` properties and `whole_team_answers`
+(`lcb.optimize.method`).
 `check_method_fits(method, topology)`
 refuses a multi-agent method (`TEAM_METHODS`) on the single-agent team, naming the methods it
 gets. `DEFAULT_RUN_TIMEOUT_S` bounds one team run
@@ -22,6 +23,7 @@ from lcb.registry import SEED_ROLES, SINGLE, SINGLE_AGENT_METHODS, TEAM_METHODS,
 from lcb.teams.formats import parse_format
 from lcb.teams.layouts import team_layout
 from lcb.teams.options import TeamOptions
+from lcb.teams.reuse import whole_team_answers
 
 DEFAULT_RUN_TIMEOUT_S = 1800.0
 
@@ -68,6 +70,13 @@ class TeamCell:
             return ("solver",)
         return team_layout(self.topology, self.size).ids
 
+    def whole_team_answers(self, active: frozenset[str]) -> bool:
+        """`lcb.teams.reuse.whole_team_answers` for this team (single: any mask, since its
+        one agent either runs as in the whole team or does not run)."""
+        if self.is_single:
+            return True
+        return whole_team_answers(team_layout(self.topology, self.size), active)
+
     @cached_property
     def roles(self) -> tuple[str, ...]:
         if self.is_single:
@@ -101,6 +110,9 @@ class TeamFacts:
     @property
     def agents(self) -> tuple[str, ...]:
         return self.cell.agents
+
+    def whole_team_answers(self, active: frozenset[str]) -> bool:
+        return self.cell.whole_team_answers(active)
 
     @cached_property
     def graph(self) -> Any:

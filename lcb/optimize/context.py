@@ -95,8 +95,10 @@ class JobContext(TeamFacts):
 
     # --- Evaluator ----------------------------------------------------------------------
     async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
-                      active: frozenset[str] | None = None) -> Rollout | None:
-        return await self._evaluator.rollout(bundle, problem, iteration=iteration, active=active)
+                      active: frozenset[str] | None = None,
+                      reuse: bool = False) -> Rollout | None:
+        return await self._evaluator.rollout(bundle, problem, iteration=iteration, active=active,
+                                             reuse=reuse)
 
     async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,
                        iteration: int) -> list[Rollout | None]:
@@ -148,7 +150,7 @@ class JobContext(TeamFacts):
     # --- for the protocol ---------------------------------------------------------------
     @property
     def journaled(self) -> int:
-        """Charged rollouts in the journal (a resumed job replays them)."""
+        """Usable rollouts in the journal (a resumed job replays them)."""
         return len(self._evaluator.journal)
 
     @property
@@ -165,6 +167,10 @@ class JobContext(TeamFacts):
 
     def ledger_state(self) -> dict[str, Any]:
         return self._evaluator.ledger_state()
+
+    def close(self) -> None:
+        """Release what the rollouts hold open (the coalitions' answer store)."""
+        self._evaluator.close()
 
     def forget_refunded(self, tripped: Misconfigured) -> int:
         """Drop from the journal the rollouts a misconfiguration refunded, so a rerun with a

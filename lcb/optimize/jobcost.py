@@ -103,7 +103,7 @@ def gate_record(job_dir: Path) -> dict[str, Any]:
     if not splits_file.exists():
         return {"rows": None, "gate": None}
     validation = set(_json(splits_file).get("validation") or ())
-    ids = [line.get("id") for line in journal_lines(job_dir)]
+    ids = [line.get("id") for line in journal_lines(job_dir) if not line.get("free")]
     on_validation = sum(row in validation for row in ids)
     return {"rows": {"train": len(ids) - on_validation, "validation": on_validation},
             "gate": "reused" if on_validation else "held_out"}

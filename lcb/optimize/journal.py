@@ -1,8 +1,9 @@
-"""The optimize phase's journal: every charged rollout, kept whole, so a job resumes by replay.
+"""The optimize phase's journal: every usable rollout, kept whole, so a job resumes by replay.
 
 Contract:
-- `RolloutJournal(job_dir)` reads `DIR/rollouts.jsonl` (one line per charged rollout, in charge
-  order; a line cut short by a kill is dropped from the file; any other damaged line refuses the
+- `RolloutJournal(job_dir)` reads `DIR/rollouts.jsonl` (one line per usable rollout, charged
+  or `free` (`Rollout.free`: a masked run that sent no request), in the order they ended; a
+  line cut short by a kill is dropped from the file; any other damaged line refuses the
   resume with an `ArtifactError` naming it) and the rollouts' full results in
   `DIR/transcripts/NNNNN.json.gz` (the team result: transcript, usage, fields; the grade; the
   feedback). `append(rollout, charged=...)` writes the transcript file first, then the line
@@ -47,6 +48,7 @@ from lcb.teams.common import TeamResult
 ROLLOUT_LOG = "rollouts.jsonl"
 ABANDONED_LOG = "abandoned.jsonl"  # rollouts refunded after every try: None on a retrace
 TRANSCRIPTS = "transcripts"
+COALITIONS = "coalitions"  # the answers masked rollouts share (`lcb.optimize.evaluator`)
 log = logging.getLogger("lcb.optimize")
 FEEDBACK_CHARS = 600  # of the feedback on the rollout line (the transcript file keeps it all)
 
@@ -75,7 +77,7 @@ def _verdict(rollout: Rollout) -> str:
 
 
 def rollout_line(rollout: Rollout, *, charged: int, transcript: str) -> dict[str, Any]:
-    """The audit line of one charged rollout (see `docs/protocol.md` for every field)."""
+    """The audit line of one usable rollout (see `docs/protocol.md` for every field)."""
     team, grade = rollout.team, rollout.grade
     return {"id": rollout.problem_id, "iteration": rollout.iteration,
             "bundle_hash": rollout.bundle_hash, "seed": rollout.seed,
@@ -90,7 +92,9 @@ def rollout_line(rollout: Rollout, *, charged: int, transcript: str) -> dict[str
             "n_llm_calls": team.n_llm_calls, "n_tool_calls": team.n_tool_calls,
             "prompt_tokens": team.prompt_tokens, "completion_tokens": team.completion_tokens,
             "n_calls_without_usage": team.n_calls_without_usage, "error": team.error,
-            "charged": charged, "transcript": transcript}
+            "charged": charged, "free": rollout.free,
+            "reused": dict(rollout.reused) if rollout.reused is not None else None,
+            "transcript": transcript}
 
 
 def _grade_record(grade: Grade | None) -> dict[str, Any] | None:
@@ -158,10 +162,11 @@ class RolloutJournal:
                        seed=int(line["seed"]), iteration=int(line["iteration"]),
                        bundle_hash=line["bundle_hash"],
                        active=frozenset(active) if active is not None else None,
-                       grade=_grade_from(data["grade"]), latency_s=float(line["latency_s"]))
+                       grade=_grade_from(data["grade"]), latency_s=float(line["latency_s"]),
+                       free=bool(line.get("free")), reused=line.get("reused"))
 
     def append(self, rollout: Rollout, *, charged: int) -> dict[str, Any]:
-        """Journal one charged rollout: its transcript file, then its line."""
+        """Journal one usable rollout: its transcript file, then its line."""
         name = f"{TRANSCRIPTS}/{self._next_number:05d}.json.gz"
         self._next_number += 1  # never a number a kept line names, even after a `drop`
         write_transcript(self.dir / name, {"team": dataclasses.asdict(rollout.team),

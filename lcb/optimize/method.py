@@ -18,7 +18,10 @@ Contract:
   the submitted program on the hidden tests (fail-fast; the first `--opt-tests` tests when set).
   Each call that returns a `Rollout` was charged one unit of `ctx.ledger`, except a *replay*: a
   rollout whose (bundle, row, iteration, mask) already ran in this job sends the same requests,
-  so it is served from the job's journal, uncharged, with no model call. `None` means nothing
+  so it is served from the job's journal, uncharged, with no model call; and except a *free*
+  coalition: a masked rollout asked with `reuse=True` whose every call the whole team's run of
+  the row and iteration (also asked with `reuse=True`, and run before it) already made
+  (`Rollout.free`; `lcb.optimize.evaluator`). `None` means nothing
   was charged: the budget is spent, or infrastructure failed on every try. A method must stop
   asking once `ctx.ledger.exhausted` (or once it gets `None` with `ctx.ledger.available == 0`).
 - `ctx.reflect` / `ctx.judge` (reflection model) and `ctx.probe` (task model, one agent) are
@@ -71,6 +74,11 @@ class Rollout:
     grade: Grade | None = field(default=None, compare=False)
     latency_s: float = field(default=0.0, compare=False)
     replay: bool = field(default=False, compare=False)  # served from the journal, uncharged
+    # A masked run that sent no request (every call answered by the whole team's run of this
+    # row and iteration, or none made: `lcb.agents.shared`): not charged. `reused` counts the
+    # calls (and their tokens) it took from that run; None outside such runs.
+    free: bool = field(default=False, compare=False)
+    reused: Mapping[str, int | None] | None = field(default=None, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -114,6 +122,11 @@ class TeamSpec(Protocol):
         """The team graph: roles, their edges, agent ids (`lcb.optimize.graph`)."""
         ...
 
+    def whole_team_answers(self, active: frozenset[str]) -> bool:
+        """True when the whole team's run makes every call of the team masked to `active`
+        (`lcb.teams.reuse`): a coalition rollout asked with `reuse=True` then costs nothing."""
+        ...
+
     def validate(self, bundle: Mapping[str, object]) -> Bundle:
         """A trimmed copy of `bundle`; raises `lcb.optimize.bundle.BundleError` when it drops or
         adds a role, leaves a role empty, an unclosed fence, or an unfilled template slot."""
@@ -132,9 +145,11 @@ class Evaluator(Protocol):
     ledger: BudgetLedger
 
     async def rollout(self, bundle: Mapping[str, str], problem: Problem, *, iteration: int,
-                      active: frozenset[str] | None = None) -> Rollout | None:
+                      active: frozenset[str] | None = None,
+                      reuse: bool = False) -> Rollout | None:
         """One charged rollout (see the module docstring). `active` masks the team: only those
-        agent ids run (None: all). Request seeds come from (optimizer seed, iteration, row)."""
+        agent ids run (None: all). Request seeds come from (optimizer seed, iteration, row).
+        `reuse` (masked rollouts only): share answers with the whole team's masked run."""
         ...
 
     async def rollouts(self, bundle: Mapping[str, str], problems: Sequence[Problem], *,

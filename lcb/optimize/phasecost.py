@@ -6,9 +6,11 @@ Contract of `phase_cost(job_dir)`:
   `{"charged", "wall_s", "kinds": {kind: U}, "models": {"task": U, "reflection": U}}`, where
   `U` is `{"calls", "prompt_tokens", "completion_tokens", "n_calls_without_usage"}` added up by
   `lcb.agents.usage`'s rule (a token total is None when no call it covers reported usage).
-- optimize: kind `rollout` is every charged rollout's team (`rollouts.jsonl`) plus the answered
-  calls of attempts lost to infrastructure (`ledger.json`'s `failed_attempt_tokens`); kinds
-  `reflect`, `judge`, `probe` are the uncharged calls (`ledger.json`). Rollouts and probes ran
+- optimize: kind `rollout` is every journaled rollout's team (`rollouts.jsonl`) less the calls
+  a coalition took from the whole team's run (a line's `reused`: made once, counted once),
+  plus the answered calls of attempts lost to infrastructure (`ledger.json`'s
+  `failed_attempt_tokens`); kinds `reflect`, `judge`, `probe` are the uncharged calls
+  (`ledger.json`). Rollouts and probes ran
   on the task model, reflect and judge calls on the reflection model. validate and test: kind
   `rollout` alone, the evaluation records of every bundle they ran (`evals/<phase>_*.jsonl`),
   all on the task model; `charged` is 0 (evaluations are never charged).
@@ -76,10 +78,23 @@ def _usage(parts: list[dict[str, Any]], *, calls: str = _CALLS) -> dict[str, Any
     return summed
 
 
+def _made(line: dict[str, Any]) -> dict[str, Any]:
+    """A journal line's usage less what it reused (a token total unknown on either side:
+    unknown)."""
+    reused = line.get("reused")
+    if not reused:
+        return line
+    made = {**line, "n_llm_calls": int(line.get("n_llm_calls") or 0) - int(reused["calls"])}
+    for key in TOKEN_KEYS:
+        mine, theirs = line.get(key), reused.get(key)
+        made[key] = None if mine is None or theirs is None else mine - theirs
+    return made
+
+
 def _optimize_kinds(job_dir: Path) -> dict[str, dict[str, Any]]:
     ledger_file = job_dir / LEDGER
     ledger = json.loads(ledger_file.read_text(encoding="utf-8")) if ledger_file.exists() else {}
-    rollouts = [_usage(journal_lines(job_dir), calls="n_llm_calls")]
+    rollouts = [_usage([_made(line) for line in journal_lines(job_dir)], calls="n_llm_calls")]
     failed = ledger.get("failed_attempt_tokens") or {}
     kinds = {"rollout": _usage([*rollouts, failed])}
     uncharged = ledger.get("uncharged") or {}
@@ -109,7 +124,7 @@ def phase_cost(job_dir: Path, *, wall: bool = True) -> dict[str, Any]:
     job_dir = Path(job_dir)
     times_file = job_dir / PHASE_TIMES
     times = json.loads(times_file.read_text(encoding="utf-8")) if times_file.exists() else {}
-    charged = len(journal_lines(job_dir))
+    charged = sum(not line.get("free") for line in journal_lines(job_dir))
     phases: dict[str, Any] = {}
     for phase in ("optimize", "validate", "test", "curve"):
         kinds = (_optimize_kinds(job_dir) if phase == "optimize"

@@ -41,7 +41,7 @@ from lcb.optimize.context import JobContext
 from lcb.optimize.errors import JobError
 from lcb.optimize.evaluation import Evaluation, evaluate, score
 from lcb.optimize.jobcost import read_cost
-from lcb.optimize.journal import ABANDONED_LOG, ROLLOUT_LOG, TRANSCRIPTS
+from lcb.optimize.journal import ABANDONED_LOG, COALITIONS, ROLLOUT_LOG, TRANSCRIPTS
 from lcb.optimize.method import Optimizer
 from lcb.optimize.outcomes import Misconfigured
 from lcb.optimize.phasecost import phase_cost
@@ -89,8 +89,8 @@ def runner(job: PhaseJob, runtime: TeamRuntime, pool: GradingPool, *, concurrenc
                       run_timeout_s=run_timeout_s, opt_tests=opt_tests)
 
 
-JOURNAL_FILES = (ROLLOUT_LOG, ABANDONED_LOG, TRANSCRIPTS, CALLS_LOG, CHECKPOINT_FILE,
-                 LEDGER_FILE)
+JOURNAL_FILES = (ROLLOUT_LOG, ABANDONED_LOG, TRANSCRIPTS, COALITIONS, CALLS_LOG,
+                 CHECKPOINT_FILE, LEDGER_FILE)
 
 
 def _fresh_start(out: Path) -> None:
@@ -139,6 +139,7 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
         raise
     finally:
         await calls.aclose()
+        ctx.close()
     problems = check_bundle(incumbent, seed=job.seed_bundle)
     if problems:
         raise JobError(f"method {optimizer.key!r} returned an invalid bundle: "
@@ -151,8 +152,9 @@ async def run_optimize(job: PhaseJob, team: TeamRunner, optimizer: Optimizer, *,
                                     bundle=incumbent, charged=ledger.charged,
                                     uncharged=ledger.state()["uncharged"],
                                     note=f"incumbent of {optimizer.key}"))
-    log.info("optimize: %d of %d rollouts charged (%d replays free); incumbent %s",
-             ledger.charged, budget, ctx.replays, bundle_hash(incumbent))
+    log.info("optimize: %d of %d rollouts charged (%d replays and %d coalition runs free); "
+             "incumbent %s", ledger.charged, budget, ctx.replays, ledger.free,
+             bundle_hash(incumbent))
     return incumbent
 
 
@@ -207,7 +209,7 @@ def _cost(out: Path) -> dict[str, Any]:
     cost = read_cost(out, budget=int(ledger["total"]))
     cost.pop("source", None)
     spent = BudgetLedger.from_state(ledger)
-    return {**cost, "replays": int(ledger.get("replays", 0)),
+    return {**cost, "replays": int(ledger.get("replays", 0)), "free": int(ledger.get("free", 0)),
             "infra_failures": int(ledger.get("infra_failures", 0)),
             "uncharged_rate": spent.uncharged_rate, "units": spent.units,
             "phases": phase_cost(out, wall=False)}  # wall times: phase_times.json

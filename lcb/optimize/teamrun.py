@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from lcb.agents.shared import SharedAnswers
 from lcb.agents.usage import sum_usage
 from lcb.data.problems import Problem, Test
 from lcb.grading import Grade, GradingPool
@@ -131,15 +132,18 @@ def check_mask(cell: TeamCell, active: frozenset[str] | None) -> None:
 
 async def run_team(cell: TeamCell, problem: Problem, runtime: TeamRuntime, *,
                    bundle: Mapping[str, str], seed: int, active: frozenset[str] | None = None,
-                   timeout_s: float | None = None) -> TeamResult:
+                   timeout_s: float | None = None,
+                   shared: SharedAnswers | None = None) -> TeamResult:
     """One run of `cell`'s team; per-problem failures come back in `TeamResult.error`. Past
-    `timeout_s` it raises `InfraFailure` carrying the tokens spent so far."""
+    `timeout_s` it raises `InfraFailure` carrying the tokens spent so far. `shared` answers
+    the calls another run of the team on this row made (`lcb.agents.shared`)."""
     check_mask(cell, active)
     if cell.is_single:  # its only option is the mask (it abstains without its solver)
         options = None if active is None else TeamOptions(active=active)
     else:
         options = cell.options(active)
-    ctx = TeamContext(problem=problem, team=cell.topology, runtime=runtime, seed=seed)
+    ctx = TeamContext(problem=problem, team=cell.topology, runtime=runtime, seed=seed,
+                      shared=shared)
     try:
         return await asyncio.wait_for(solve_in(ctx, bundle=bundle, options=options),
                                       timeout=timeout_s)
@@ -197,21 +201,23 @@ class TeamRunner:
         self._kept: dict[tuple, TeamResult] = {}  # team runs whose grading failed
 
     async def attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
-                      iteration: int = 0, active: frozenset[str] | None = None) -> Rollout:
+                      iteration: int = 0, active: frozenset[str] | None = None,
+                      shared: SharedAnswers | None = None) -> Rollout:
         """One graded run (the first `opt_tests` hidden tests); raises `InfraFailure` or
-        `Refused` as the module docstring says."""
+        `Refused` as the module docstring says. `shared`: see `run_team`."""
         return await self._attempt(bundle, problem, seed=seed, iteration=iteration,
-                                   active=active, limit=self.opt_tests)
+                                   active=active, limit=self.opt_tests, shared=shared)
 
     async def _attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
                        iteration: int, active: frozenset[str] | None,
-                       limit: int | None) -> Rollout:
+                       limit: int | None, shared: SharedAnswers | None = None) -> Rollout:
         key = (bundle_hash(bundle), problem.id, seed, active)
         async with self._slots:
             result = self._kept.pop(key, None)  # graded again, not run again
             if result is None:
                 result = await run_team(self.cell, problem, self.runtime, bundle=bundle,
-                                        seed=seed, active=active, timeout_s=self.run_timeout_s)
+                                        seed=seed, active=active, timeout_s=self.run_timeout_s,
+                                        shared=shared)
             done = dict(problem_id=problem.id, team=result, seed=seed, iteration=iteration,
                         bundle_hash=key[0], active=active)
             if abstained(result, active):

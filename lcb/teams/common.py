@@ -6,7 +6,9 @@ Contract:
   the seed role prompts (each file read once per batch).
 - `TeamContext` is one team run on one problem: it tags every model call with the problem, the
   team, the agent's role and id and the turn, derives the request seed from the run seed and
-  that identity, and counts usage in its own ledger (forwarded to the runtime's totals).
+  that identity, and counts usage in its own ledger (forwarded to the runtime's totals). Its
+  `shared` view (`lcb.agents.shared`, None by default) answers the calls another run of the
+  team on this row already made with the same request.
 - `AgentSpec` describes one agent (id, role, system prompt, tools, turn cap); multi-agent teams
   make several from one role (`coder_0`, `coder_1`, ...) and run them with `lcb.teams.agent`.
 - `TeamResult` is what a team returns; `TeamContext.result(...)` fills in the usage fields.
@@ -34,6 +36,7 @@ from lcb.agents.cache import ResponseCache
 from lcb.agents.llm import ModelCallError, ModelGateway, request_seed
 from lcb.agents.models import ModelConfig
 from lcb.agents.prompts import load_role_prompt, with_contract
+from lcb.agents.shared import SharedAnswers
 from lcb.agents.tools import make_python_exec
 from lcb.agents.usage import CallTag, UsageLedger
 from lcb.data.problems import Problem
@@ -162,6 +165,7 @@ class TeamContext:
     runtime: TeamRuntime
     seed: int = 0
     sample: int = 0  # the sample index (part of the response-cache key)
+    shared: SharedAnswers | None = None  # answers of another run of this team on this row
     ledger: UsageLedger = field(init=False)
     call_errors: list[ModelCallError] = field(init=False)
 
@@ -185,6 +189,7 @@ class TeamContext:
             return await self.runtime.gateway.call(
                 messages, tag=tag, ledger=self.ledger, tools=spec.tools,
                 seed=self.request_seed(spec.agent, turn), sample=self.sample,
+                shared=self.shared,
             )
         except ModelCallError as err:
             self.call_errors.append(err)  # the agent loop keeps only the text; the kind is here

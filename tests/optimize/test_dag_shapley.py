@@ -74,21 +74,25 @@ def test_without_edges_dag_shapley_is_full_shapley():
         dag.complete(players, {}, upstream)
 
 
-@pytest.mark.parametrize(("topology", "size", "full", "dag_runs"), [
-    ("sequential", 2, 4, 3), ("sequential", 4, 16, 5), ("sequential", 8, 39, 9),
-    ("sequential", 10, 36, 11), ("centralized", 4, 8, 8), ("centralized", 8, 38, 16),
-    ("independent", 4, 16, 16), ("decentralized", 4, 16, 16)])
-def test_coalitions_run_per_cycle_by_topology(topology, size, full, dag_runs):
+@pytest.mark.parametrize(("topology", "size", "full", "dag_runs", "dag_charged"), [
+    ("sequential", 2, 4, 3, 1), ("sequential", 4, 16, 5, 2), ("sequential", 8, 39, 9, 5),
+    ("sequential", 10, 36, 11, 5), ("centralized", 4, 8, 8, 8), ("centralized", 8, 38, 16, 16),
+    ("independent", 4, 16, 16, 1), ("decentralized", 4, 16, 16, 11)])
+def test_coalitions_run_per_cycle_by_topology(topology, size, full, dag_runs, dag_charged):
     """The figures of docs/optimizers/hivemind.md, cycle 1 at the standard sizes (one-role
     teams with the game on: their graph has no edges, so DAG-Shapley is full Shapley; above
     40 coalitions both sample orders, the full game's Monte-Carlo being approximate where a
-    chain's DAG-Shapley stays exact)."""
-    graph = team_graph(TeamCell(topology, size))
+    chain's DAG-Shapley stays exact): the coalitions run, and those of DAG-Shapley charged
+    once the whole team's answers are reused (`lcb.teams.reuse`)."""
+    cell = TeamCell(topology, size)
+    graph = team_graph(cell)
 
-    def runs(mode):
+    def game(mode):
         ctx = team_fake(budget=600, graph=graph, n_train=150, n_val=50,
                         seed_bundle=dict.fromkeys(graph.roles, "Solve."))
-        settings = HivemindSettings(shapley=mode, shapley_single_role=True)
-        return len(Game(ctx, settings).plan(1).run)
+        ctx.whole_team_answers = cell.whole_team_answers  # the real team's rule
+        return Game(ctx, HivemindSettings(shapley=mode, shapley_single_role=True))
 
-    assert (runs("full"), runs("dag")) == (full, dag_runs)
+    full_game, dag = game("full"), game("dag")
+    assert (len(full_game.plan(1).run), len(dag.plan(1).run)) == (full, dag_runs)
+    assert len(dag.charged(dag.plan(1))) == dag_charged

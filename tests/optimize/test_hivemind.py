@@ -228,10 +228,11 @@ class TeamFake(FakeContext):
     def solves(self, bundle, problem) -> bool:
         return self.value(_ACTIVE.get(), bundle, problem)
 
-    async def rollout(self, bundle, problem, *, iteration, active=None):
+    async def rollout(self, bundle, problem, *, iteration, active=None, reuse=False):
         token = _ACTIVE.set(active)
         try:
-            result = await super().rollout(bundle, problem, iteration=iteration, active=active)
+            result = await super().rollout(bundle, problem, iteration=iteration, active=active,
+                                           reuse=reuse)
         finally:
             _ACTIVE.reset(token)
         if result is not None and not result.replay:
@@ -535,28 +536,39 @@ def test_a_hivemind_job_end_to_end(scripted, tmp_path, monkeypatch, topology) ->
     ledger = json.loads((out / "ledger.json").read_text())
     assert (ledger["infra_failures"], ledger["abandoned"], ledger["refused"]) == (0, 0, 0)
     lines = rollout_lines(out)
-    assert len(lines) == ledger["charged"]  # abstentions included: one line per charged unit
+    free = [line for line in lines if line["free"]]
+    assert (len(lines) - len(free), len(free)) == (ledger["charged"], ledger["free"])
+    cost = json.loads((out / "result.json").read_text())["cost"]
+    sent = sum(line["n_llm_calls"] - (line["reused"] or {"calls": 0})["calls"] for line in lines)
+    assert (cost["free"], cost["phases"]["optimize"]["kinds"]["rollout"]["calls"]) == (
+        len(free), sent)  # the calls coalitions reused count once, in the run that made them
     empty = [line for line in lines if line["active"] == []]
     one_role = topology in ("independent", "decentralized")
     if topology == "centralized":  # no coalition without the manager is ever run
-        assert empty == [] and all("manager" in (line["active"] or ["manager"])
-                                   for line in lines)
+        assert empty == [] == free and all("manager" in (line["active"] or ["manager"])
+                                           for line in lines)
     elif one_role:  # the game is skipped: the full team alone, never a masked run
-        assert empty == []
+        assert empty == [] == free
         assert all(line["active"] is None or len(line["active"]) == 2 for line in lines)
-    else:  # DAG-Shapley's prefixes hold the empty coalition: charged abstentions
-        assert len(empty) == 4 and all(
-            (line["verdict"], line["score"], line["n_llm_calls"], line["error"])
-            == ("abstained", 0.0, 0, None) for line in empty)
+    else:  # DAG-Shapley's prefixes: {} abstains, {coder} takes the whole team's answers
+        assert len(empty) == 10 and all(
+            (line["verdict"], line["score"], line["n_llm_calls"], line["error"], line["free"])
+            == ("abstained", 0.0, 0, None, True) for line in empty)
+        coder = [line for line in lines if line["active"] == ["coder"]]
+        assert len(coder) == 10 and all(line["free"] and line["verdict"] != "abstained"
+                                        and line["reused"]["calls"] == line["n_llm_calls"] > 0
+                                        for line in coder)
+        assert len(free) == 20  # 2 rows x 5 cycles x ({}, {coder})
     history = read_history(out)
     proposals = [h for h in history if h.kind == "proposal"]
-    # size 2, 2 train rows, 3 validation rows: sequential (DAG: 3 prefixes) cycles of 12 then
-    # 9; centralized (2 coalitions) 10 then 7 and 7; one role (the full team alone) 8, then
-    # at most 5 each: the budget the game would have spent buys cycles (the full game: 2)
+    # size 2, 2 train rows, 3 validation rows: sequential (DAG: 3 prefixes, two of them free)
+    # cycles of 8, 5, 5, then 2 or 5 as the candidates repeat or not (a bundle scored on the
+    # gate is not run there again); centralized (2 coalitions) 10 then 7 and 7; one role (the full
+    # team alone) 8, then at most 5 each: the budget the game would have spent buys cycles
     if one_role:
         assert len(proposals) >= 4
     else:
-        assert len(proposals) == {"centralized": 3, "sequential": 2}[topology]
+        assert len(proposals) == {"centralized": 3, "sequential": 5}[topology]
     assert all(json.loads(h.reason)["target"] in h.roles for h in proposals)
     assert proposals[0].parent == bundle_hash(history[0].bundle)
     assert ledger["uncharged"]["reflect"]["calls"] == len(proposals)  # one reflection a cycle
@@ -596,9 +608,12 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_an_interrupted_job_resumes_to_the_same_result(scripted, tmp_path, monkeypatch) -> None:
-    # 2 cycles: 14, then 8 + 3 (a scored bundle is not run on val again); the stop lands at
-    # 21 charged, in cycle 2, so the rerun fast-forwards to cycle 1's checkpoint
+    # full Shapley on a chain of 2, 2 rows a cycle: the whole team's runs, then {} and {coder}
+    # (free: they send nothing) and {debugger} (charged); cycle 1 is 14 journal lines (10
+    # charged with the gate). The stop lands at line 16, just after cycle 2's whole-team runs:
+    # the rerun fast-forwards to cycle 1's checkpoint, and its {coder} runs must find those
+    # runs' answers in the job's store to be free again, as in the whole job
     assert_interrupted_resumes_to_whole(scripted, tmp_path, monkeypatch, "hivemind", budget=25,
                                         topology="sequential",
                                         settings=["batch_size=2", "shapley=full"],
-                                        responders=[lessons_responder], kill_at=21)
+                                        responders=[lessons_responder], kill_at=16)

@@ -1,5 +1,7 @@
 """Masked coalitions: a mask that leaves no agent to run is an abstaining team (em 0, charged, no
-model call), not an infrastructure failure; a bad mask is a configuration error."""
+model call), not an infrastructure failure; a bad mask is a configuration error. (Through the
+evaluator with `reuse`, as hivemind asks, such a coalition is free:
+`tests/optimize/test_coalition_reuse.py`.)"""
 
 import asyncio
 

@@ -35,7 +35,7 @@ def test_the_context_is_exactly_its_four_parts() -> None:
     assert len(names) == len(set(names))  # no member in two parts
     assert set(names) == {
         "topology", "team_size", "communication", "seed_bundle", "roles", "agents",
-        "optimizer_seed", "graph", "validate",
+        "optimizer_seed", "graph", "validate", "whole_team_answers",
         "data", "ledger", "rollout", "rollouts",
         "reflect", "judge", "probe", "embed",
         "record_candidate", "record_proposal", "checkpoint", "restore"}

@@ -9,10 +9,15 @@ Contract (the game itself, players to gate rows, is `hivemind_game.Game`):
   `strategies.batches.Rotation` over `shuffled`) at iteration c.
   A coalition's value is its mean score on the batch rows that came back for every planned
   coalition (an infrastructure loss drops the row from all of them; no such row: no credit, no
-  proposal this cycle). The empty coalition runs too: the context charges it as an
-  abstaining team (score 0, no model call), never as an infrastructure failure. On a
-  centralized team (`kind == "star"`) a coalition without the manager abstains as well; with
-  `skip_managerless` (default) its value is 0 without a rollout.
+  proposal this cycle). The empty coalition runs too, as an abstaining team (score 0, no model
+  call), never an infrastructure failure. On a centralized team (`kind == "star"`) a
+  coalition without the manager abstains as well; with `skip_managerless` (default) its value
+  is 0 without a rollout.
+- DAG-Shapley (`shapley="dag"`, default; `dag_shapley`): only viable coalitions run, the
+  others take their core's value. Reuse (`reuse`, default on): the whole team's coalition runs
+  first on the batch, the others after it with `reuse=True`, taking its answers where their
+  requests are the same; a coalition the team's rule (`ctx.whole_team_answers`) says needs no
+  new request is free (not charged), and the abstaining ones with it.
 - Shapley values (`shapley`): exact over the power set when the coalitions that need a
   rollout number <= `exact_max_coalitions`; else Monte-Carlo over at most `mc_permutations`
   player orders drawn from `Random("hivemind:<seed>:<cycle>")`, no more orders than keep the
@@ -39,7 +44,8 @@ Contract (the game itself, players to gate rows, is `hivemind_game.Game`):
   per-row scores are kept: one scored before is not run again (a row infrastructure lost
   would come back None again).
 - Budget: a cycle costs R * |batch| + |val rows| * (1 + [current not yet scored on val]),
-  R = the coalitions it runs (4 players: 16 * 5 + 5 + 5 = 90; centralized 4: 8 * 5 + 10 = 50).
+  R = the coalitions it runs that are not free (sequential 4: 2 * 5 + 10 = 20; full Shapley
+  without reuse 16 * 5 + 10 = 90; centralized 4: 8 * 5 + 10 = 50).
   A cycle starts only when `ctx.ledger.available` pays for all of it; `max_cycles` caps cycles;
   a cycle that charged nothing (every rollout lost to infrastructure) is the last.
 - History: the seed's val score (candidate), then per cycle one proposal (parent hash, target,
@@ -99,6 +105,7 @@ class HivemindSettings:
     shapley_single_role: bool = False
     max_cycles: int | None = None
     shapley: Literal["dag", "full"] = "dag"  # DAG-Shapley (the paper's) or every coalition run
+    reuse: bool = True  # coalitions take the whole team's answers (DAG-Shapley's reuse)
 
     def __post_init__(self) -> None:
         check_int_fields(self, KEY, least={"successes_shown": 0, "failures_shown": 0})

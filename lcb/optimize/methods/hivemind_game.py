@@ -13,10 +13,13 @@ Contract:
   Shapley over the power set when it needs <= `exact_max_coalitions` runs, else Monte-Carlo
   orders drawn from `Random("hivemind:<seed>:<cycle>")`. A one-role team with
   `shapley_single_role` off runs the full coalition only (`skipped`).
-- `play(plan, bundle, batch, cycle)`: every planned (coalition, row) at iteration `cycle`;
-  values are means over the rows that came back for every coalition; None when the budget
-  ran out mid-way. `val_rows(bundle)`: the bundle's score per gate row at `VAL_ITERATION`
-  (kept per bundle hash: never run twice); None when the budget ran out mid-way.
+- `charged(plan)`: the planned coalitions that are charged (the whole team's, and those the
+  team's rule does not make free; every one with `reuse` off). `cost` counts those.
+- `play(plan, bundle, batch, cycle)`: every planned (coalition, row) at iteration `cycle`,
+  the whole team's coalition first (its answers are the others' to reuse); values are means
+  over the rows that came back for every coalition; None when the budget ran out mid-way.
+- `val_rows(bundle)`: the bundle's score per gate row at `VAL_ITERATION` (kept per bundle
+  hash: never run twice); None when the budget ran out mid-way.
 - `choose_target(credit, ...)`: the role to revise: the lowest credit (ties to `TIE`: the
   role targeted fewest times, then the latest in topological order); on a star, the manager
   every `every`-th cycle.
@@ -134,23 +137,36 @@ class Game:
         """Cycle `cycle`'s train rows (1, 2, ...): the next batch of the rotating pass."""
         return self.batches.batch(cycle - 1)
 
+    def charged(self, plan: Plan) -> list[shapley.Coalition]:
+        """The planned coalitions that send requests: the others take the whole team's
+        answers (`lcb.teams.reuse`) and are not charged."""
+        if not self.s.reuse:
+            return list(plan.run)
+        whole = frozenset(self.players)
+        return [c for c in plan.run if c == whole or not self.team.whole_team_answers(c)]
+
     def cost(self, plan: Plan, batch: list[Problem], current: Bundle) -> int:
         scored = bundle_hash(current) in self.state.val_scores
-        return len(plan.run) * len(batch) + len(self.val) * (1 if scored else 2)
+        return len(self.charged(plan)) * len(batch) + len(self.val) * (1 if scored else 2)
 
     async def play(self, plan: Plan, bundle: Bundle, batch: list[Problem], cycle: int
                    ) -> Played | None:
-        """The planned coalitions' runs; None when the budget ran out mid-way. Values are
-        means over the batch rows that came back for every coalition (paired differences)."""
-        pairs = [(c, p.id) for c in plan.run for p in batch]
-        results = await asyncio.gather(*(self.evaluator.rollout(bundle, p, iteration=cycle,
-                                                                active=c)
-                                         for c in plan.run for p in batch))
-        if any(r is None for r in results) and self.evaluator.ledger.available <= 0:
-            return None
-        got = {pair: r for pair, r in zip(pairs, results, strict=True) if r is not None}
-        rows = [p.id for p in batch if all((c, p.id) in got for c in plan.run)]
+        """The planned coalitions' runs, the whole team's first (the others reuse its
+        answers); None when the budget ran out mid-way. Values are means over the batch rows
+        that came back for every coalition (paired differences)."""
         full = frozenset(self.players)
+        first = [full] if self.s.reuse and full in plan.run else []
+        waves = [first, [c for c in plan.run if c not in first]]
+        got: dict[tuple[shapley.Coalition, str], Rollout] = {}
+        for wave in waves:
+            pairs = [(c, p) for c in wave for p in batch]
+            results = await asyncio.gather(*(self._rollout(bundle, p, cycle, c)
+                                             for c, p in pairs))
+            if any(r is None for r in results) and self.evaluator.ledger.available <= 0:
+                return None
+            got |= {(c, p.id): r for (c, p), r in zip(pairs, results, strict=True)
+                    if r is not None}
+        rows = [p.id for p in batch if all((c, p.id) in got for c in plan.run)]
         runs = [got[full, p.id] for p in batch if (full, p.id) in got]
         if not rows:
             return Played(None, rows, runs)
@@ -158,6 +174,11 @@ class Game:
         for c in plan.run:
             values[c] = sum(got[c, row].score for row in rows) / len(rows)
         return Played(values, rows, runs)
+
+    async def _rollout(self, bundle: Bundle, problem: Problem, cycle: int,
+                       coalition: shapley.Coalition) -> Rollout | None:
+        return await self.evaluator.rollout(bundle, problem, iteration=cycle, active=coalition,
+                                            reuse=self.s.reuse)
 
     def target(self, credit: dict[str, float], cycle: int) -> tuple[str, str]:
         return choose_target(credit, cycle=cycle, order=self.order, hub=self.hub,
