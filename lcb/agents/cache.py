@@ -154,14 +154,17 @@ class ResponseCache:
         data = json.loads(found)
         return CachedReply(**data)
 
-    def put(self, key: str, reply: CachedReply, *, model: str, purpose: str) -> None:
-        """Store a complete reply for `key` (the first one stored stays); never in replay."""
+    def put(self, key: str, reply: CachedReply, *, model: str, purpose: str,
+            replace: bool = False) -> None:
+        """Store a complete reply for `key` (the first one stored stays, unless `replace`:
+        then this one, in this process's file); never in replay."""
         if self.replay:
             return
         text = json_text(asdict(reply))  # sqlite stores UTF-8: a lone surrogate is escaped
+        verb = "REPLACE" if replace else "IGNORE"
         with self._lock:
             try:
-                self._own_db().execute("INSERT OR IGNORE INTO replies VALUES (?, ?, ?, ?, ?)",
+                self._own_db().execute(f"INSERT OR {verb} INTO replies VALUES (?, ?, ?, ?, ?)",
                                        (key, text, model, purpose, time.time()))
             except (sqlite3.Error, OSError) as err:  # the answer stands; only the copy is lost
                 if not self.write_errors:

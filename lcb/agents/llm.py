@@ -46,8 +46,9 @@ Contract:
   turn, sample and purpose) and sends nothing.
 - With `shared` (`lcb.agents.shared.SharedAnswers`: answers another run of the same team on
   the same row got), a call whose key it holds is answered from it first, the same way
-  (`cached: true`); every other call is counted there as fresh and, if the view writes,
-  stored in it. A view that only reuses fails a call it cannot answer with `CacheMiss`.
+  (`cached: true`); every other call is counted there as fresh before it is looked up or sent,
+  and its answer is kept for the view to store. A view that only reuses fails a call it
+  cannot answer with `CacheMiss`.
 - `request_seed` (from `lcb.agents.seeds`, re-exported) is each request's seed.
 """
 
@@ -168,11 +169,13 @@ class ModelGateway:
         key = None if self.cache is None and shared is None else self.cache_key(
             messages, tools, tag=tag, seed=seed, sample=sample, purpose=purpose)
         stored = shared.answer(key) if shared is not None and key is not None else None
-        if stored is None and shared is not None and shared.only_reuse:
-            shared.missed = True
-            miss = CacheMiss(tag, sample=sample, purpose=purpose)
-            ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
-            raise miss
+        if stored is None and shared is not None:
+            if shared.only_reuse:
+                shared.missed = True
+                miss = CacheMiss(tag, sample=sample, purpose=purpose)
+                ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
+                raise miss
+            shared.sending()
         if stored is None and key is not None and self.cache is not None:
             stored = self.cache.get(key)
             if stored is None and self.cache.replay:

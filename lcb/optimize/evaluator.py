@@ -23,12 +23,15 @@ Contract:
   `None` means nothing was charged. Each usable rollout is journaled (line + transcript).
 - Masked rollouts asked with `reuse=True` (`active` given: hivemind's coalitions) share answers
   (`lcb.agents.shared`) through the job's store `DIR/coalitions/` (a `ResponseCache`): a
-  rollout of the whole team (every agent active) stores every answer it gets; a smaller
-  coalition takes from the store each call whose request the whole team made (same prompt,
-  same messages, same request seed: the same row and iteration), and sends the others. A
-  coalition that sent nothing, over all its tries, comes back `free` (its `reused` usage
-  counted) and is not charged (`BudgetLedger`); a journaled free rollout retraced is counted
-  free again. The store lives in the job folder, so a resumed job's coalitions find what the
+  rollout of the whole team (every agent active) stores the answers of the try that became
+  the rollout; a smaller coalition takes from the store each call whose request the whole
+  team made (same prompt, same messages, same request seed, same run seed: the same row and
+  iteration), and sends the others. A coalition that sent nothing, over all its tries, comes
+  back `free` (its `reused` usage counted) and is not charged (`BudgetLedger`); a journaled
+  free rollout retraced is counted free again. One the team's rule expects to be free
+  (`TeamCell.whole_team_answers`) is first run on the stored answers alone with no unit
+  reserved (`_free_try`); a call they lack fails at once, nothing sent, and it then runs as
+  any rollout. The store lives in the job folder, so a resumed job's coalitions find what the
   interrupted session's whole-team runs stored. Run the whole team's coalition first: a smaller
   one in flight beside it finds nothing yet and sends (and pays for) its calls.
 - `position()` is what a checkpoint holds of it (the latest iteration, the ledger, the
@@ -159,20 +162,23 @@ class JobEvaluator:
                 return self._journaled(key, free, started)
         if self.ledger.available <= 0:
             return None
-        shared = self._shared(active) if reuse and active is not None else None
+        shared = self._shared(active, scope.rollout) if reuse and active is not None else None
 
         async def attempt() -> Rollout:
+            if shared is None:
+                return await self.runner.attempt(bundle, problem, seed=scope.rollout,
+                                                 iteration=iteration, active=active)
             rollout = await self.runner.attempt(bundle, problem, seed=scope.rollout,
                                                 iteration=iteration, active=active,
                                                 shared=shared)
-            if shared is None:
-                return rollout
             return replace(rollout, free=shared.sent_nothing, reused=shared.reused_usage)
 
         try:
             rollout = await self.ledger.arun_rollout(attempt)
         except BudgetExhausted:  # another rollout took the last unit since the check above
             return None
+        if rollout is not None and shared is not None:
+            shared.commit()  # the whole team's answers, for the coalitions after it
         if rollout is None:  # refunded after every try failed for infrastructure
             self._claimed.add(key)
             self.journal.append_abandoned(key, row=problem.id, iteration=iteration,
@@ -217,25 +223,27 @@ class JobEvaluator:
         """A coalition the whole team's run should answer, run on those answers alone with no
         unit reserved: the rollout, free; None when a call was not among them (nothing was
         sent) or grading failed: it then runs as any rollout."""
-        view = self._shared(active, only_reuse=True)
-        try:
+        view = self._shared(active, seed, only_reuse=True)
+        try:  # not kept: a failed try's run is never graded as the coalition's rollout
             rollout = await self.runner.attempt(bundle, problem, seed=seed, iteration=iteration,
-                                                active=active, shared=view)
+                                                active=active, shared=view, keep=False)
         except (InfraFailure, Refused):
             return None
         if view.missed or not view.sent_nothing:
             return None
         return replace(rollout, free=True, reused=view.reused_usage)
 
-    def _shared(self, active: frozenset[str], *, only_reuse: bool = False) -> SharedAnswers:
-        """A masked rollout's view of the coalitions' answers (module docstring)."""
+    def _shared(self, active: frozenset[str], run_seed: int, *,
+                only_reuse: bool = False) -> SharedAnswers:
+        """A masked rollout's view of the coalitions' answers (module docstring), scoped by
+        its run seed (the row and iteration, even with request seeds off)."""
         if self._coalitions is None:
             self._coalitions = ResponseCache(self.journal.dir / COALITIONS)
         config = self.runner.runtime.config
         whole = active >= set(self.runner.cell.agents)
-        return SharedAnswers(self._coalitions, writes=whole and not only_reuse,
-                             model=config.model_id, purpose=self.runner.runtime.gateway.purpose,
-                             only_reuse=only_reuse)
+        return SharedAnswers(self._coalitions, scope=str(run_seed),
+                             writes=whole and not only_reuse, model=config.model_id,
+                             purpose=self.runner.runtime.gateway.purpose, only_reuse=only_reuse)
 
     def close(self) -> None:
         if self._coalitions is not None:

@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, sum_usage
+from lcb.agents.usage import TOKEN_KEYS, WITHOUT_USAGE, count, sum_usage
 from lcb.io import BadJson, loads, write_json
 from lcb.optimize.artifacts import Artifact, ArtifactError
 from lcb.runs.records import read_records
@@ -79,15 +79,16 @@ def _usage(parts: list[dict[str, Any]], *, calls: str = _CALLS) -> dict[str, Any
 
 
 def _made(line: dict[str, Any]) -> dict[str, Any]:
-    """A journal line's usage less what it reused (a token total unknown on either side:
-    unknown)."""
+    """A journal line's usage less what it reused: its calls, its known tokens and its calls
+    without usage (`lcb.agents.shared.SharedAnswers.reused_usage`)."""
     reused = line.get("reused")
     if not reused:
         return line
-    made = {**line, "n_llm_calls": int(line.get("n_llm_calls") or 0) - int(reused["calls"])}
+    made = {**line, "n_llm_calls": count(line.get("n_llm_calls")) - count(reused["calls"]),
+            WITHOUT_USAGE: count(line.get(WITHOUT_USAGE)) - count(reused.get(WITHOUT_USAGE))}
     for key in TOKEN_KEYS:
-        mine, theirs = line.get(key), reused.get(key)
-        made[key] = None if mine is None or theirs is None else mine - theirs
+        mine = line.get(key)
+        made[key] = None if mine is None else count(mine) - count(reused.get(key))
     return made
 
 

@@ -202,19 +202,24 @@ class TeamRunner:
 
     async def attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
                       iteration: int = 0, active: frozenset[str] | None = None,
-                      shared: SharedAnswers | None = None) -> Rollout:
+                      shared: SharedAnswers | None = None, keep: bool = True) -> Rollout:
         """One graded run (the first `opt_tests` hidden tests); raises `InfraFailure` or
-        `Refused` as the module docstring says. `shared`: see `run_team`."""
+        `Refused` as the module docstring says. `shared`: see `run_team`. Without `keep`, a
+        run whose grading failed is not kept for the next attempt (it runs again)."""
         return await self._attempt(bundle, problem, seed=seed, iteration=iteration,
-                                   active=active, limit=self.opt_tests, shared=shared)
+                                   active=active, limit=self.opt_tests, shared=shared,
+                                   keep=keep)
 
     async def _attempt(self, bundle: Mapping[str, str], problem: Problem, *, seed: int,
                        iteration: int, active: frozenset[str] | None,
-                       limit: int | None, shared: SharedAnswers | None = None) -> Rollout:
+                       limit: int | None, shared: SharedAnswers | None = None,
+                       keep: bool = True) -> Rollout:
         key = (bundle_hash(bundle), problem.id, seed, active)
         async with self._slots:
             result = self._kept.pop(key, None)  # graded again, not run again
             if result is None:
+                if shared is not None:
+                    shared.begin_try()  # the answers of a lost try are not this run's
                 result = await run_team(self.cell, problem, self.runtime, bundle=bundle,
                                         seed=seed, active=active, timeout_s=self.run_timeout_s,
                                         shared=shared)
@@ -232,7 +237,7 @@ class TeamRunner:
             if reason:
                 raise InfraFailure(reason, usage=usage_of(result))
             tests, tests_of = self._tests(problem, limit)
-            grade = await self._grade(problem, result, tests=tests, key=key)
+            grade = await self._grade(problem, result, tests=tests, key=key if keep else None)
         return Rollout(score=float(grade.em) if grade else 0.0,
                        feedback=feedback_text(result, grade, tests_of=tests_of), grade=grade,
                        **done)
@@ -251,17 +256,20 @@ class TeamRunner:
         return problem.hidden_tests[:limit], (limit, total)
 
     async def _grade(self, problem: Problem, result: TeamResult, *,
-                     tests: tuple[Test, ...] | None, key: tuple) -> Grade | None:
+                     tests: tuple[Test, ...] | None, key: tuple | None) -> Grade | None:
+        """The grade; a failed grading keeps `result` under `key` (None: not kept)."""
         if not result.code:
             return None
         try:
             grade = await self.grades.grade(problem, result.code, tests=tests)
         except Exception as exc:  # noqa: BLE001 - the grader's failure is infrastructure
-            self._kept[key] = result
+            if key is not None:
+                self._kept[key] = result
             raise InfraFailure(f"grading failed: {type(exc).__name__}: {exc}",
                                usage=usage_of(result), kept=True) from exc
         if grade.infra:  # grading failed twice in the pool: not the answer's fault either
-            self._kept[key] = result
+            if key is not None:
+                self._kept[key] = result
             error = grade.feedback.error if grade.feedback else "no verdict"
             raise InfraFailure(f"grading failed (infra): {error}", usage=usage_of(result),
                                kept=True)

@@ -11,6 +11,7 @@ from lcb.optimize import methods
 from lcb.optimize.aggregate import aggregate
 from lcb.optimize.job import run_job
 from lcb.optimize.jobcost import read_cost
+from lcb.optimize.phasecost import phase_cost
 from tests.helpers_optimize import Probe, TeamModel, job_config, sample_problems
 from tests.scripted_server import scripted_fixture  # noqa: F401
 
@@ -94,3 +95,28 @@ def test_uncharged_cost_charges_each_call_and_is_reported(scripted, tmp_path, mo
     spec = json.loads((out / "job.json").read_text())
     assert spec["uncharged_cost"] == 0.5
     assert "uncharged_cost=0.5 (expected: 0.0)" in spec["deviations"]
+
+
+def test_calls_a_coalition_reused_count_once_and_its_own_keep_their_tokens(tmp_path):
+    # a free coalition's line and a charged one that reused a call without usage and sent a
+    # call of 300 + 30 tokens: the optimize phase counts the whole team's 2 calls and the
+    # coalition's own one; free lines are not charged rollouts
+    def line(charged, free, **usage):
+        return {"id": "r1", "iteration": 1, "charged": charged, "free": free, **usage}
+
+    whole = line(1, False, n_llm_calls=2, prompt_tokens=100, completion_tokens=10,
+                 n_calls_without_usage=1)
+    free = line(1, True, n_llm_calls=2, prompt_tokens=100, completion_tokens=10,
+                n_calls_without_usage=1,
+                reused={"calls": 2, "prompt_tokens": 100, "completion_tokens": 10,
+                        "n_calls_without_usage": 1})
+    partly = line(2, False, n_llm_calls=2, prompt_tokens=300, completion_tokens=30,
+                  n_calls_without_usage=1,
+                  reused={"calls": 1, "prompt_tokens": 0, "completion_tokens": 0,
+                          "n_calls_without_usage": 1})
+    (tmp_path / "rollouts.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in (whole, free, partly)))
+    optimize = phase_cost(tmp_path, wall=False)["optimize"]
+    assert optimize["charged"] == 2
+    assert {k: optimize["kinds"]["rollout"][k] for k in KEYS} == {
+        "calls": 3, "prompt_tokens": 400, "completion_tokens": 40, "n_calls_without_usage": 1}

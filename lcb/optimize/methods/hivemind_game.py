@@ -156,16 +156,14 @@ class Game:
         that came back for every coalition (paired differences)."""
         full = frozenset(self.players)
         first = [full] if self.s.reuse and full in plan.run else []
-        waves = [first, [c for c in plan.run if c not in first]]
         got: dict[tuple[shapley.Coalition, str], Rollout] = {}
-        for wave in waves:
-            pairs = [(c, p) for c in wave for p in batch]
-            results = await asyncio.gather(*(self._rollout(bundle, p, cycle, c)
-                                             for c, p in pairs))
-            if any(r is None for r in results) and self.evaluator.ledger.available <= 0:
-                return None
-            got |= {(c, p.id): r for (c, p), r in zip(pairs, results, strict=True)
-                    if r is not None}
+        if not await self._wave(first, batch, bundle, cycle, got):
+            return None
+        # a row the whole team's run lost is dropped: its coalitions would find no answers
+        rows = [p for p in batch if (full, p.id) in got] if first else batch
+        if not await self._wave([c for c in plan.run if c not in first], rows, bundle, cycle,
+                                got):
+            return None
         rows = [p.id for p in batch if all((c, p.id) in got for c in plan.run)]
         runs = [got[full, p.id] for p in batch if (full, p.id) in got]
         if not rows:
@@ -175,10 +173,18 @@ class Game:
             values[c] = sum(got[c, row].score for row in rows) / len(rows)
         return Played(values, rows, runs)
 
-    async def _rollout(self, bundle: Bundle, problem: Problem, cycle: int,
-                       coalition: shapley.Coalition) -> Rollout | None:
-        return await self.evaluator.rollout(bundle, problem, iteration=cycle, active=coalition,
-                                            reuse=self.s.reuse)
+    async def _wave(self, coalitions: list[shapley.Coalition], rows: list[Problem],
+                    bundle: Bundle, cycle: int,
+                    got: dict[tuple[shapley.Coalition, str], Rollout]) -> bool:
+        """Run `coalitions` on `rows` at once into `got`; False when the budget ran out."""
+        pairs = [(c, p) for c in coalitions for p in rows]
+        results = await asyncio.gather(*(
+            self.evaluator.rollout(bundle, p, iteration=cycle, active=c, reuse=self.s.reuse)
+            for c, p in pairs))
+        if any(r is None for r in results) and self.evaluator.ledger.available <= 0:
+            return False
+        got |= {(c, p.id): r for (c, p), r in zip(pairs, results, strict=True) if r is not None}
+        return True
 
     def target(self, credit: dict[str, float], cycle: int) -> tuple[str, str]:
         return choose_target(credit, cycle=cycle, order=self.order, hub=self.hub,
