@@ -168,6 +168,7 @@ def test_a_coalition_whose_request_failed_is_charged(scripted, tmp_path):
     assert not got.free and (ledger.charged, ledger.free) == (2, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("miss", [True, False])
 def test_a_free_try_whose_grading_failed_is_never_graded_as_the_rollout(scripted, tmp_path,
                                                                          miss):
@@ -252,6 +253,7 @@ def test_without_request_seeds_an_iteration_reuses_only_its_own_answers(scripted
     assert coder.free and coder.team.final_text == two.team.fields["outputs"]["coder"]
 
 
+@pytest.mark.slow
 def test_a_row_the_whole_team_lost_runs_no_coalition(scripted, tmp_path):
     # sequential 4, 2 rows, a budget that pays exactly for the planned cycle's coalitions: the
     # endpoint fails one row's requests while the whole team runs, then recovers. That row

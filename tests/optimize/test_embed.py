@@ -219,6 +219,7 @@ def test_minilm_is_deterministic_and_cuts_long_texts(minilm):
     assert minilm.embed([LONG + " and many more words after the cut"]) == minilm.embed([LONG])
 
 
+@pytest.mark.slow  # 5 s: loads the model twice more
 @needs_minilm
 def test_minilm_loads_from_an_extracted_folder_and_through_the_service(minilm, tmp_path,
                                                                       monkeypatch):

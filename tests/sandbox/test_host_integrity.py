@@ -170,6 +170,7 @@ def test_reset_workdir_makes_a_wrecked_directory_empty_again(wreck):
     assert not os.path.lexists(workdir)
 
 
+@pytest.mark.slow  # 10 s: a chain of 3000 directories
 def test_reset_workdir_empties_deep_and_locked_trees_without_recursion():
     workdir = make_workdir("lcb-prog-")
     before = os.getcwd()
