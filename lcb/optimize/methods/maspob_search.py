@@ -4,7 +4,8 @@ LinUCB over it (`lcb.optimize.methods.maspob` has the algorithm).
 Contract:
 - `Pull`: one charged pull, a combination (one variant index per role, in graph order) on
   some train rows and their scores; `mean` is its score.
-- `Search`: the pools, the pulls, the row cursor, the incumbent and the next combination, and
+- `Search`: the pool plan (`maspob_cover.PoolPlan`, None in a checkpoint written before it
+  existed), the pools, the pulls, the row cursor, the incumbent and the next combination, and
   each surrogate fit's seconds; `state()` / `from_state()` round-trip it through JSON (the
   checkpoint a fast-forwarded rerun restores).
 - `Bandit(roles, edges, embeddings, settings)`: `refit(pulls, seed=...)` fits a fresh GATv2
@@ -21,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from lcb.optimize.methods.maspob_cover import PoolPlan
 
 if TYPE_CHECKING:
     from lcb.optimize.methods.maspob import MaspobSettings
@@ -57,6 +60,7 @@ class Search:
     incumbent: Combo | None = None
     next: Combo | None = None
     fit_seconds: list[float] = field(default_factory=list)
+    plan: PoolPlan | None = None
 
     @property
     def train_s(self) -> float:
@@ -66,7 +70,8 @@ class Search:
         return {"pools": self.pools, "pulls": [p.to_json() for p in self.pulls],
                 "cursor": self.cursor, "incumbent": listed(self.incumbent),
                 "next": listed(self.next), "fit_seconds": self.fit_seconds,
-                "surrogate_train_s": self.train_s}
+                "surrogate_train_s": self.train_s,
+                "pool_plan": None if self.plan is None else self.plan.to_json()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Search:
@@ -74,7 +79,9 @@ class Search:
                    pulls=[Pull.from_json(p) for p in state["pulls"]],
                    cursor=int(state["cursor"]), incumbent=_combo(state["incumbent"]),
                    next=_combo(state["next"]),
-                   fit_seconds=[float(v) for v in state["fit_seconds"]])
+                   fit_seconds=[float(v) for v in state["fit_seconds"]],
+                   plan=None if state.get("pool_plan") is None
+                   else PoolPlan.from_json(state["pool_plan"]))
 
 
 def listed(combo: Combo | None) -> list[int] | None:
