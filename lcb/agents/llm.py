@@ -168,22 +168,8 @@ class ModelGateway:
         started = time.monotonic()
         key = None if self.cache is None and shared is None else self.cache_key(
             messages, tools, tag=tag, seed=seed, sample=sample, purpose=purpose)
-        stored = shared.answer(key) if shared is not None and key is not None else None
-        if stored is None and shared is not None:
-            if shared.only_reuse:
-                shared.missed = True
-                miss = CacheMiss(tag, sample=sample, purpose=purpose)
-                ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
-                raise miss
-            shared.sending()
-        if stored is None and key is not None and self.cache is not None:
-            stored = self.cache.get(key)
-            if stored is None and self.cache.replay:
-                miss = CacheMiss(tag, sample=sample, purpose=purpose)
-                ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
-                raise miss
-            if stored is not None and shared is not None and key is not None:
-                shared.keep(key, stored.message())
+        stored = self._stored(key, shared, tag=tag, ledger=ledger, seed=seed, sample=sample,
+                              purpose=purpose)
         if stored is not None:
             return self._finish(stored.message(), tag=tag, ledger=ledger, attempts=0,
                                 latency_s=time.monotonic() - started, seed=seed, cached=True)
@@ -195,6 +181,30 @@ class ModelGateway:
             shared.keep(key, reply)
         return self._finish(reply, tag=tag, ledger=ledger, attempts=attempts,
                             latency_s=time.monotonic() - started, seed=seed, cached=False)
+
+    def _stored(self, key: str | None, shared: SharedAnswers | None, *, tag: CallTag,
+                ledger: UsageLedger, seed: int | None, sample: int,
+                purpose: str) -> CachedReply | None:
+        """A stored answer for this call, the shared view's before the response cache's; None
+        when it must be sent. Raises `CacheMiss` (recorded) where nothing may be sent."""
+        if key is None:
+            return None
+        if shared is not None:
+            stored = shared.answer(key)
+            if stored is not None:
+                return stored
+            if shared.only_reuse:
+                shared.missed = True
+                raise _missed(tag, ledger, seed=seed, sample=sample, purpose=purpose)
+            shared.sending()
+        if self.cache is None:
+            return None
+        stored = self.cache.get(key)
+        if stored is None and self.cache.replay:
+            raise _missed(tag, ledger, seed=seed, sample=sample, purpose=purpose)
+        if stored is not None and shared is not None:
+            shared.keep(key, stored.message())
+        return stored
 
     async def _send(self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool], *,
                     tag: CallTag, ledger: UsageLedger, seed: int | None
@@ -278,3 +288,11 @@ class ModelGateway:
                 "lcb": {"attempts": attempts, "latency_s": round(latency_s, 4), "seed": seed,
                         **ended, "cached": cached}}
         return reply.model_copy(update={"content": strip_think(text), "response_metadata": meta})
+
+
+def _missed(tag: CallTag, ledger: UsageLedger, *, seed: int | None, sample: int,
+            purpose: str) -> CacheMiss:
+    """The `CacheMiss` of a call that may not be sent, recorded as a failed call."""
+    miss = CacheMiss(tag, sample=sample, purpose=purpose)
+    ledger.add_call(CallRecord(tag, 0, 0, 0, 0.0, seed, error=str(miss)))
+    return miss

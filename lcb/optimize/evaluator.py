@@ -165,12 +165,11 @@ class JobEvaluator:
         shared = self._shared(active, scope.rollout) if reuse and active is not None else None
 
         async def attempt() -> Rollout:
-            if shared is None:
-                return await self.runner.attempt(bundle, problem, seed=scope.rollout,
-                                                 iteration=iteration, active=active)
             rollout = await self.runner.attempt(bundle, problem, seed=scope.rollout,
                                                 iteration=iteration, active=active,
                                                 shared=shared)
+            if shared is None:
+                return rollout
             return replace(rollout, free=shared.sent_nothing, reused=shared.reused_usage)
 
         try:
