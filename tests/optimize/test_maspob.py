@@ -29,7 +29,7 @@ from lcb.optimize.methods.maspob_requires import (
     EmbeddingsMissing,
     TorchMissing,
 )
-from lcb.optimize.settings import SettingsError
+from lcb.optimize.settings import SettingsError, parse_assignments
 from tests.helpers_methods import FIX, KEYWORD, FakeContext, fake_context
 from tests.helpers_planted import assert_fix_deployed, assert_seed_kept, run_planted
 from tests.helpers_resume import assert_interrupted_resumes_to_whole
@@ -365,13 +365,20 @@ def test_registry_and_settings() -> None:
     s = MaspobSettings()
     assert (s.pool_size, s.warmup, s.rows_per_pull, s.hidden, s.lr, s.epochs, s.patience,
             s.alpha, s.ridge, s.temperature) == (20, 6, 5, 32, 5e-3, 800, 200, 0.2, 1.0, 0.5)
-    assert not s.cover_arms and s.gate  # the paper's warm-up; our gate beyond the paper's
+    # the paper's warm-up unless the budget covers whole pools; our gate beyond the paper's
+    assert s.cover_arms == "auto" and s.gate
     assert resolve_settings("maspob", {"cover_arms": True})["cover_arms"] is True
+    assert resolve_settings("maspob", {})["cover_arms"] == "auto"
+    assert resolve_settings("maspob", parse_assignments(["cover_arms=false"]))[
+        "cover_arms"] is False
     assert get_optimizer("maspob", epochs=10).settings.epochs == 10
     assert resolve_settings("maspob", {"max_pulls": 3})["max_pulls"] == 3
+    with pytest.raises(ValueError, match="cover_arms"):
+        MaspobSettings(cover_arms=1)  # type: ignore[arg-type]  # 1 == True, yet no bool
     for key, value, match in [("epochs", 0, "epochs"), ("pool_size", 1, "pool_size"),
                               ("lr", 0.0, "lr"), ("alpha", -1.0, "alpha"),
-                              ("max_pulls", 0, "max_pulls"), ("warmup", "x", "warmup")]:
+                              ("max_pulls", 0, "max_pulls"), ("warmup", "x", "warmup"),
+                              ("cover_arms", "always", "cover_arms")]:
         with pytest.raises(SettingsError, match=match):
             resolve_settings("maspob", {key: value})
     with pytest.raises(SettingsError, match="known"):

@@ -2,12 +2,13 @@
 arXiv 2603.02630): fixed per-role variant pools, a GATv2 surrogate, LinUCB, coordinate ascent.
 
 Contract:
-- Pool plan (once, before the pools; `maspob_cover`): with `cover_arms` (off by default) each
-  role's pool holds the largest size k <= `pool_size` (k >= 2) whose covering warm-up (the
-  seed pull, then every arm once) takes at most half of the pulls that the budget available
-  at the start pays for beside the gate's reserve (at most `max_pulls`), or `warmup` pulls
-  when that is more; without it, `pool_size`. Logged once; held in the checkpoint, never
-  decided again on resume.
+- Pool plan (once, before the pools; `maspob_cover`): with `cover_arms=true` each role's pool
+  holds k = min(`pool_size`, A) texts (k >= 2), A = P - P // 10 for the P pulls that the
+  budget available at the start pays for beside the gate's reserve (at most `max_pulls`):
+  the covering warm-up takes k pulls whatever the number of roles, and LinUCB keeps a tenth
+  of the pulls. With `false`, pools of `pool_size` and the paper's random warm-up. `auto`
+  (the default) covers only when whole pools of `pool_size` fit in A, else it is `false`.
+  Logged once; held in the checkpoint, never decided again on resume.
 - Pools (once, uncharged): per role of the team graph a pool of at most the plan's size,
   variant 0 = the seed text, the others written by the reflection model from our style
   template at temperature `temperature` (`PoolBuilder`: strict JSON replies, every variant
@@ -15,8 +16,9 @@ Contract:
   rejections and wrong-sized replies recorded; a pool that stays short after `generation_rounds`
   rounds is used smaller). Each text is embedded (`ctx.embed`, 384-d). A shared-role team
   (independent `coder`, decentralized `debater`) is one role, so one node and one pool.
-- Pulls (charged): pull 0 runs the seed combination; then with `cover_arms` every arm once
-  (`maspob_cover.covering_warmup`: roles in topological order, variants in pool order),
+- Pulls (charged): pull 0 runs the seed combination; then, when the plan covers, every arm at
+  least once, every role varied in each pull (`maspob_cover.covering_warmup`: pull i gives
+  the role at rank p of the topological order its variant 1 + (i - 1 + p) mod (k - 1)),
   without it pulls 1 .. `warmup` - 1 random combinations (drawn once from the seed: the
   paper's 5 at `warmup` 6); later pulls are LinUCB's choice.
   A pull runs the combination's bundle on the next `rows_per_pull` rows of a rotating pass
@@ -66,11 +68,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from lcb.data.problems import Problem
+from lcb.optimize.budget import BudgetLedger
 from lcb.optimize.bundle import bundle_hash, thaw
 from lcb.optimize.method import Bundle, OptimizeContext, TeamSpec
 from lcb.optimize.methods.maspob_cover import (
@@ -100,11 +105,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MaspobSettings:
-    """The method's knobs (METHODS.md's reference values are the defaults)."""
+    """The method's knobs: METHODS.md's reference values are the defaults, but for the
+    warm-up (`cover_arms="auto"` covers every arm from a budget that pays for it; the method
+    page's *Where it departs from the paper*)."""
 
-    pool_size: int = 20  # per role, the seed included (with cover_arms: at most)
-    warmup: int = 6  # random warm-up: the seed pull + 5; cover_arms: its pulls, past half
-    cover_arms: bool = False  # true: pools sized to the budget, the warm-up every arm once
+    pool_size: int = 20  # per role, the seed included (with cover_arms=true: at most)
+    warmup: int = 6  # the random warm-up's pulls: the seed pull + 5 (when not covering)
+    # true: pools sized to the budget, the warm-up every arm once; auto: so when the budget
+    # covers whole pools, else false (the paper's random warm-up over pools of pool_size)
+    cover_arms: bool | Literal["auto"] = "auto"
     rows_per_pull: int = 5
     hidden: int = 32
     lr: float = 5e-3
@@ -127,6 +136,9 @@ class MaspobSettings:
         for name in ("lr", "ridge"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"maspob setting {name} must be > 0, got {getattr(self, name)!r}")
+        if not (isinstance(self.cover_arms, bool) or self.cover_arms == "auto"):
+            raise ValueError(f"maspob setting cover_arms must be true, false or 'auto', got "
+                             f"{self.cover_arms!r}")
         for name in ("alpha", "temperature"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"maspob setting {name} must be >= 0, "
@@ -173,7 +185,7 @@ class Maspob:
         if restored is not None:
             search = Search.from_state(restored)
         else:
-            plan = self._plan(ctx.ledger.available, rows=rows, reserve=reserve,
+            plan = self._plan(ctx.ledger, rows=rows, reserve=reserve,
                               roles=len(graph.roles))
             search = Search(pools=await self._pools(ctx, graph.roles, plan.size), plan=plan)
             ctx.checkpoint(search.state())
@@ -228,12 +240,20 @@ class Maspob:
             search.incumbent, sizes, bandit.ucb, order=order, sweeps=self.settings.sweeps)
         return fit, ucb
 
-    def _plan(self, available: int, *, rows: int, reserve: int, roles: int) -> PoolPlan:
-        """The pools' size from the budget `available` now (`maspob_cover`), logged once."""
+    def _plan(self, ledger: BudgetLedger, *, rows: int, reserve: int, roles: int) -> PoolPlan:
+        """The pools' size from the budget available now (`maspob_cover`), logged once. Where
+        uncharged calls cost units (`--uncharged-cost`), the pools' requests are paid first."""
         s = self.settings
-        pulls = affordable_pulls(available, rows=rows, reserve=reserve, max_pulls=s.max_pulls)
-        plan = plan_pools(pulls=pulls, roles=roles, cap=s.pool_size, warmup=s.warmup,
-                          cover=s.cover_arms)
+
+        def plan_for(available: int) -> PoolPlan:
+            pulls = affordable_pulls(available, rows=rows, reserve=reserve,
+                                     max_pulls=s.max_pulls)
+            return plan_pools(pulls=pulls, cap=s.pool_size, cover=s.cover_arms)
+
+        plan = plan_for(ledger.available)
+        if ledger.uncharged_rate:  # the requests for these pools, one round, leave fewer pulls
+            calls = roles * math.ceil((plan.size - 1) / s.per_call)
+            plan = plan_for(ledger.available - math.ceil(ledger.uncharged_rate * calls - 1e-9))
         log.info(plan.note(roles))
         return plan
 
@@ -255,8 +275,9 @@ class Maspob:
         """The warm-up combinations after the seed pull: every arm once (`cover_arms`), else
         random ones drawn once from the seed. Both follow from the pools alone."""
         sizes = [len(pool) for pool in search.pools.values()]
-        if self.settings.cover_arms:
-            return covering_warmup(sizes, order)
+        plan = search.plan
+        if (self.settings.cover_arms is True) if plan is None else plan.cover:
+            return covering_warmup(sizes, order, rotate=plan is None or plan.rotate)
         rng = seeded_rng(KEY, "warmup", base)
         return [tuple(rng.randrange(n) for n in sizes) for _ in range(self.settings.warmup - 1)]
 
